@@ -1,0 +1,149 @@
+"""Dependency-free benchmark helpers (torch + stdlib only).
+
+This module must not import ``titans_atlas``: it is also imported by the runners in
+``benchmarks/external/`` that execute inside separate virtual environments.
+
+Peak-memory method: the callable is built and run in a fresh ``spawn`` subprocess. There,
+glibc's mmap threshold is pinned at 128 KiB (so freed tensors go back to the OS and RSS
+tracks live memory), the callable is built and warmed up, then the kernel's RSS high-water
+mark is reset (``/proc/self/clear_refs`` <- ``5``) and the current RSS is taken as baseline.
+The reported peak is ``VmHWM`` after one call minus that baseline. If the reset is not
+permitted, ``ru_maxrss`` is used instead and the method string says it may include setup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import multiprocessing as mp
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter id
+
+
+@dataclass
+class Timing:
+    """Wall-clock times of repeated calls, in seconds."""
+
+    median_s: float
+    times_s: list[float]
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` intra-op threads (and, if still possible, ``n`` inter-op threads)."""
+    torch.set_num_threads(n)
+    with contextlib.suppress(RuntimeError):  # settable once, before any inter-op work
+        torch.set_num_interop_threads(n)
+
+
+def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed with perf_counter."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return Timing(statistics.median(times), times)
+
+
+def _proc_status_bytes(key: str) -> int:
+    """Read a ``kB`` field such as ``VmRSS`` from /proc/self/status, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's RSS high-water mark (Linux >= 4.0); return whether it worked."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _memory_child(
+    conn: Any, factory: Callable[..., Callable[[], Any]], args: tuple, threads: int, warmup: int
+) -> None:
+    with contextlib.suppress(OSError):  # not glibc: keep the default allocator settings
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    set_threads(threads)
+    fn = factory(*args)
+    for _ in range(warmup):
+        fn()
+    gc.collect()
+    reset = _reset_peak_rss()
+    baseline = _proc_status_bytes("VmRSS")
+    fn()
+    if reset:
+        peak, method = _proc_status_bytes("VmHWM"), "VmHWM after clear_refs reset"
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        method = "ru_maxrss, not reset (may include setup and warmup peaks)"
+    conn.send(
+        {
+            "peak_bytes": max(peak - baseline, 0),
+            "baseline_rss_bytes": baseline,
+            "peak_rss_bytes": peak,
+            "method": method,
+        }
+    )
+    conn.close()
+
+
+def peak_memory(
+    factory: Callable[..., Callable[[], Any]], *args: Any, threads: int = 2, warmup: int = 1
+) -> dict[str, Any]:
+    """Peak RSS growth of one call of ``factory(*args)()`` in a fresh subprocess.
+
+    ``factory`` must be picklable (a module-level function); it does the setup (model,
+    inputs) and returns the zero-argument callable to measure. See the module docstring.
+    """
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_memory_child, args=(child, factory, args, threads, warmup))
+    proc.start()
+    child.close()
+    try:
+        result = parent.recv()
+    except EOFError:
+        result = None
+    proc.join()
+    if result is None:
+        raise RuntimeError(f"memory child failed (exit code {proc.exitcode})")
+    return result
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, threads: int | None = None) -> float:
+    """Median GFLOP/s of an fp32 ``n x n @ n x n`` torch.matmul (2 n^3 flops per call)."""
+    if threads is not None:
+        set_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    timing = time_callable(lambda: torch.matmul(a, b, out=out), warmup=2, repeats=repeats)
+    return 2 * n**3 / timing.median_s / 1e9
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    size = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
+    report = {"torch": torch.__version__, "n": size}
+    for t in (1, 2):
+        torch.set_num_threads(t)
+        report[f"matmul_fp32_gflops_{t}thread"] = round(matmul_peak_gflops(size), 1)
+    print(json.dumps(report))

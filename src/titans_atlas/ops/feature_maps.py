@@ -1,0 +1,57 @@
+"""ATLAS polynomial feature map (ATLAS Section 3.1; spec/architectures.md).
+
+Axes: any leading axes, then the feature axis D. ``phi_p(x)`` stacks every monomial of x of
+degree 0..p -- combinations with replacement, so each monomial appears once -- and scales the
+degree-i block by ``coefficients[i]`` (learnable in a layer, initialised to 1/i!).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+import torch
+
+
+def polynomial_width(dim: int, degree: int) -> int:
+    """Number of monomials of degree 0..degree in ``dim`` variables: C(dim + degree, degree)."""
+    return math.comb(dim + degree, degree)
+
+
+def default_polynomial_coefficients(
+    degree: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The initial block scales 1/i!, i = 0..degree (the Taylor coefficients of exp)."""
+    return torch.tensor([1.0 / math.factorial(i) for i in range(degree + 1)], dtype=dtype)
+
+
+@lru_cache(maxsize=32)
+def _monomial_indices(dim: int, degree: int) -> torch.Tensor:
+    """``[n_monomials, degree]`` variable indices of each degree-``degree`` monomial."""
+    combos = list(itertools.combinations_with_replacement(range(dim), degree))
+    return torch.tensor(combos, dtype=torch.long)
+
+
+def polynomial_features(
+    x: torch.Tensor, degree: int, coefficients: torch.Tensor | None = None
+) -> torch.Tensor:
+    """phi_p(x): ``[..., D]`` -> ``[..., C(D + p, p)]``, blocks ordered by degree 0, 1, ..., p.
+
+    ``coefficients`` ``[p + 1]`` scales the blocks (default 1/i!).
+    """
+    if degree < 1:
+        raise ValueError(f"degree must be >= 1, got {degree}")
+    if coefficients is None:
+        coefficients = default_polynomial_coefficients(degree, x.dtype).to(x.device)
+    if coefficients.shape != (degree + 1,):
+        raise ValueError(
+            f"coefficients must have shape [{degree + 1}] (one per degree 0..{degree}), "
+            f"got {list(coefficients.shape)}"
+        )
+    coefficients = coefficients.to(x.dtype)
+    blocks = [coefficients[0] * torch.ones_like(x[..., :1]), coefficients[1] * x]
+    for i in range(2, degree + 1):
+        index = _monomial_indices(x.shape[-1], i).to(x.device)  # [n_i, i]
+        blocks.append(coefficients[i] * x[..., index].prod(dim=-1))  # [..., n_i, i] -> [..., n_i]
+    return torch.cat(blocks, dim=-1)

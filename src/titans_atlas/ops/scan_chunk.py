@@ -1,0 +1,193 @@
+"""The chunked dual form of the memory recurrence (docs/memory.md derives it).
+
+Axes: B batch, T tokens, H heads, Dk/Dv key/value width, N chunks, C chunk size, c Omega
+window, U = C + c - 1 key columns per chunk, M materialised Muon rows (C or 1).
+
+The stream is laid on the chunk grid anchored at its start: a call that begins inside a chunk
+is padded on the left, one that ends inside a chunk on the right; padding rows are identity
+steps (no gradient, no decay, no momentum, masked out of every coefficient). Key columns of
+chunk n are its C tokens plus the c - 1 before it (the Omega halo), whose gradients are taken
+at chunk n's base weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch.utils.checkpoint import checkpoint as activation_checkpoint
+
+from .coefficients import (
+    Gates,
+    MuonCoefficients,
+    PlainCoefficients,
+    muon_coefficients,
+    omega_band,
+    plain_coefficients,
+    safe_log,
+    safe_log1m,
+)
+from .memory_models import MemoryModel
+from .newton_schulz import newton_schulz5
+from .state import MemoryState
+
+
+def _to_grid(x: torch.Tensor, left: int, right: int, size: int) -> torch.Tensor:
+    """``[B, H, T, ...]`` -> ``[B, H, N, C, ...]``, zero-padded on the time axis."""
+    pad = [0, 0] * (x.ndim - 3) + [left, right]
+    return rearrange(F.pad(x, pad), "b h (n c) ... -> b h n c ...", c=size)
+
+
+def _key_windows(x: torch.Tensor, halo: torch.Tensor, left: int, right: int, size: int):
+    """Key columns ``[B, H, N, U, D]``: chunk n sees its tokens and the c - 1 before them."""
+    window = size + halo.shape[2]
+    cols = F.pad(torch.cat([halo, x], dim=2), [0, 0, left, right])  # [B, H, NC + c - 1, D]
+    return rearrange(cols.unfold(2, window, size), "b h n d u -> b h n u d")
+
+
+def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) -> Gates:
+    """Gates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
+    rows = lambda g: _to_grid(rearrange(g, "b t h ... -> b h t ..."), left, right, size)  # noqa: E731
+    length = lr.shape[1]
+    valid = torch.zeros(left + length + right, dtype=torch.bool, device=lr.device)
+    valid[left : left + length] = True
+    band = None
+    if omega_gate is not None:
+        window = omega_gate.shape[-1]
+        absolute = position + torch.arange(length, device=lr.device)
+        taps_exist = absolute[:, None] - torch.arange(window, device=lr.device) >= 0  # [T, c]
+        band = omega_band(rows(omega_gate * taps_exist[:, None, :]))
+    return Gates(
+        lr=rows(lr),
+        log_momentum=rows(safe_log(momentum)),
+        log_keep=rows(safe_log1m(decay)),
+        valid=rearrange(valid, "(n c) -> n c", c=size),
+        band=band,
+    )
+
+
+def _plain_chunk(memory: MemoryModel, coef: PlainCoefficients, base, weights, momentum, q, k, v):
+    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``."""
+    factors = memory.grad_factors(base, k, v)
+
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # x W_i for each row i
+        a, b = factors[name]
+        start = coef.read_decay[..., None] * (x @ weights[name])
+        start = start + coef.read_momentum[..., None] * (x @ momentum[name])
+        return start - ((x @ a.transpose(-1, -2)) * coef.read_grad) @ b
+
+    y = memory.forward_with(linear, q)
+    new_weights, new_momentum = {}, {}
+    for name, (a, b) in factors.items():
+        at = a.transpose(-1, -2)
+        new_weights[name] = (
+            coef.end_decay[..., None, None] * weights[name]
+            + coef.end_momentum[..., None, None] * momentum[name]
+            - at @ (coef.end_grad[..., None] * b)
+        )
+        new_momentum[name] = coef.momentum_decay[..., None, None] * momentum[name] - at @ (
+            coef.momentum_grad[..., None] * b
+        )
+    return y, new_weights, new_momentum
+
+
+def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, momentum, q, k, v):
+    """One chunk of Muon momentum; materialises this chunk's M momenta ``[B, H, M, d, e]``."""
+    factors = memory.grad_factors(base, k, v)
+    orthogonal, new_momentum = {}, {}
+    for name, (a, b) in factors.items():
+        rows = coef.rows_momentum[..., None, None] * momentum[name].unsqueeze(2)
+        rows = rows + torch.einsum("bhmu,bhud,bhue->bhmde", coef.rows_grad, a, b)
+        orthogonal[name] = newton_schulz5(rows)
+        new_momentum[name] = rows[:, :, -1]
+
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
+        through_updates = torch.einsum("bhid,bhmde->bhime", x, orthogonal[name])
+        update = torch.einsum("bhim,bhime->bhie", coef.read_update, through_updates)
+        return coef.read_decay[..., None] * (x @ weights[name]) - update
+
+    y = memory.forward_with(linear, q)
+    new_weights = {
+        name: coef.end_decay[..., None, None] * weights[name]
+        - torch.einsum("bhm,bhmde->bhde", coef.end_update, orthogonal[name])
+        for name in factors
+    }
+    return y, new_weights, new_momentum
+
+
+def _select(coef, n: int):
+    """Chunk n's slice of every coefficient ``[B, H, N, ...]``."""
+    return type(coef)(**{f: getattr(coef, f)[:, :, n] for f in coef.__dataclass_fields__})
+
+
+def memory_scan_chunk(
+    memory: MemoryModel,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lr: torch.Tensor,
+    momentum: torch.Tensor,
+    decay: torch.Tensor,
+    state: MemoryState,
+    chunk_size: int,
+    omega_window: int,
+    omega_gate: torch.Tensor | None,
+    muon: str | None,
+    read: str,
+    checkpoint: bool,
+) -> tuple[torch.Tensor, MemoryState]:
+    """Chunked dual form; same arguments and result as ``memory_scan_reference``
+    (inputs already validated and in the compute dtype)."""
+    length, size, window = q.shape[1], chunk_size, omega_window
+    left = state.position % size
+    num_chunks = math.ceil((left + length) / size)
+    right = num_chunks * size - left - length
+    q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
+    halo_k, halo_v = state.halo_keys, state.halo_values  # prepared by the caller
+
+    gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
+    if muon is None:
+        coefs, step = plain_coefficients(gates, read), _plain_chunk
+    else:
+        coefs, step = muon_coefficients(gates, read, muon == "chunk"), _muon_chunk
+    q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
+    k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
+    v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
+
+    weights, mom = state.weights, state.momentum
+    base = state.chunk_base()
+    outputs = []
+    for n in range(num_chunks):
+        if n > 0:
+            base = weights
+        args = (
+            memory,
+            _select(coefs, n),
+            base,
+            weights,
+            mom,
+            q_grid[:, :, n],
+            k_cols[:, :, n],
+            v_cols[:, :, n],
+        )
+        if checkpoint and torch.is_grad_enabled():
+            y, weights, mom = activation_checkpoint(step, *args, use_reentrant=False)
+        else:
+            y, weights, mom = step(*args)
+        outputs.append(y)
+    y = torch.cat(outputs, dim=2)[:, :, left : left + length]  # [B, H, T, Dv]
+
+    end = state.position + length
+    new_state = MemoryState(
+        weights=weights,
+        momentum=mom,
+        base=base if end % size else None,
+        position=end,
+        halo_keys=torch.cat([halo_k, k], dim=2)[:, :, length:] if window > 1 else None,
+        halo_values=torch.cat([halo_v, v], dim=2)[:, :, length:] if window > 1 else None,
+        chunk_size=size,
+        omega_window=window,
+    )
+    return rearrange(y, "b h t d -> b t h d"), new_state

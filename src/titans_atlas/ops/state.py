@@ -1,0 +1,70 @@
+"""The explicit state of a memory stream (spec/memory.md, "Streaming state").
+
+Axes: B batch, H heads, Dk key width, C chunk size, c Omega window.
+Weights and momenta are dicts keyed like ``memory.init_weights()``, each ``[B, H, ...]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+TensorDict = dict[str, torch.Tensor]
+
+
+@dataclass
+class MemoryState:
+    """Everything needed to continue a memory stream exactly.
+
+    Attributes:
+        weights: current weights W_t, name -> ``[B, H, ...]``.
+        momentum: current momentum S_t, same keys and shapes as ``weights``.
+        base: weights at the start of the current chunk (the gradient base point); set only
+            when the stream stands inside a chunk (``position % chunk_size != 0``).
+        position: tokens seen since the stream started (absolute t of the next token).
+        halo_keys, halo_values: the last ``omega_window - 1`` keys/values ``[B, H, c-1, D]``
+            (zeros before the stream start); ``None`` while no Omega window is in use.
+        chunk_size, omega_window: fixed by the first scan; later scans must agree because the
+            chunk grid is anchored at the stream start.
+    """
+
+    weights: TensorDict
+    momentum: TensorDict
+    base: TensorDict | None = None
+    position: int = 0
+    halo_keys: torch.Tensor | None = None
+    halo_values: torch.Tensor | None = None
+    chunk_size: int | None = None
+    omega_window: int | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return next(iter(self.weights.values())).shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return next(iter(self.weights.values())).shape[1]
+
+    def chunk_base(self) -> TensorDict:
+        """Gradient base point for the next token: ``base`` inside a chunk, else ``weights``."""
+        return self.base if self.base is not None else self.weights
+
+    def map_tensors(self, fn) -> MemoryState:
+        """A copy with ``fn`` applied to every tensor (e.g. ``detach``, ``.to(device)``)."""
+
+        def apply(d: TensorDict | None) -> TensorDict | None:
+            return None if d is None else {name: fn(t) for name, t in d.items()}
+
+        return replace(
+            self,
+            weights=apply(self.weights),
+            momentum=apply(self.momentum),
+            base=apply(self.base),
+            halo_keys=None if self.halo_keys is None else fn(self.halo_keys),
+            halo_values=None if self.halo_values is None else fn(self.halo_values),
+        )
+
+    def detach(self) -> MemoryState:
+        """Cut the autograd graph (truncated backpropagation through time)."""
+        return self.map_tensors(torch.Tensor.detach)

@@ -1,0 +1,83 @@
+"""Shared test helpers: random memory inputs, running a scan, comparing results."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from titans_atlas.ops import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory, memory_scan
+
+MEMORIES = {
+    "linear": LinearMemory(dim_in=5, dim_out=3),
+    "mlp": MLPMemory(dim_in=5, dim_out=3, expansion=2),
+    "mlp3-silu-res": MLPMemory(
+        dim_in=5, dim_out=5, expansion=1.6, depth=3, activation="silu", residual=True
+    ),
+    "gated": GatedMLPMemory(dim_in=5, dim_out=3, expansion=2),
+    "gated-res": GatedMLPMemory(dim_in=5, dim_out=5, expansion=2, residual=True),
+}
+INPUT_NAMES = ("q", "k", "v", "lr", "momentum", "decay", "omega_gate")
+
+
+def random_weights(memory: MemoryModel, heads: int, dtype=torch.float64) -> dict:
+    """Initial weights with a random perturbation (the linear memory starts at zero)."""
+    weights = memory.init_weights(heads, dtype=dtype)
+    return {n: w + 0.3 * torch.randn_like(w) for n, w in weights.items()}
+
+
+def random_inputs(memory, batch=2, length=7, heads=2, window=1, dtype=torch.float64) -> dict:
+    """Unit-norm queries/keys (as the memory layer feeds them), random gates in range."""
+    shape = (batch, length, heads)
+    inputs = {
+        "q": F.normalize(torch.randn(*shape, memory.dim_in, dtype=dtype), dim=-1),
+        "k": F.normalize(torch.randn(*shape, memory.dim_in, dtype=dtype), dim=-1),
+        "v": torch.randn(*shape, memory.dim_out, dtype=dtype),
+        "lr": 0.3 * torch.rand(*shape, dtype=dtype),
+        "momentum": 0.9 * torch.rand(*shape, dtype=dtype),
+        "decay": 0.1 * torch.rand(*shape, dtype=dtype),
+        "omega_gate": torch.rand(*shape, window, dtype=dtype) if window > 1 else None,
+    }
+    return inputs
+
+
+def fresh_state(memory, weights, batch, momentum_scale=0.1):
+    """A new stream with a random non-zero initial momentum."""
+    state = memory.initial_state(weights, batch)
+    state.momentum = {n: momentum_scale * torch.randn_like(m) for n, m in state.momentum.items()}
+    return state
+
+
+def scan(memory, inputs, state, **kwargs):
+    args = {n: inputs[n] for n in INPUT_NAMES if n != "omega_gate"}
+    return memory_scan(memory, state=state, omega_gate=inputs.get("omega_gate"), **args, **kwargs)
+
+
+def probe_loss(y, state, seed=1):
+    """A random linear functional of the outputs and the final weights and momentum."""
+    gen = torch.Generator().manual_seed(seed)
+    probe = lambda x: (x * torch.randn(x.shape, generator=gen, dtype=x.dtype)).sum()  # noqa: E731
+    loss = probe(y)
+    for name in sorted(state.weights):
+        loss = loss + probe(state.weights[name]) + probe(state.momentum[name])
+    return loss
+
+
+def gradients(loss, tensors):
+    """Gradients of ``loss`` w.r.t. ``tensors`` (zeros where a tensor is unused)."""
+    grads = torch.autograd.grad(loss, tensors, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, tensors)]
+
+
+def assert_close(actual, expected, rtol=1e-9, name=""):
+    """Relative-to-scale closeness: max |a - e| <= rtol * max(1, max |e|)."""
+    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
+    err = (actual - expected).abs().max().item() if expected.numel() else 0.0
+    assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
+    assert err <= rtol * scale, f"{name}: max abs error {err:.3e} > {rtol:.0e} x {scale:.3e}"
+
+
+def assert_states_close(actual, expected, rtol=1e-9):
+    assert actual.position == expected.position
+    for name in expected.weights:
+        assert_close(actual.weights[name], expected.weights[name], rtol, f"weights[{name}]")
+        assert_close(actual.momentum[name], expected.momentum[name], rtol, f"momentum[{name}]")

@@ -1,0 +1,84 @@
+"""The functional memory models: analytic inner gradients equal autograd, shapes, init."""
+
+import pytest
+import torch
+
+from helpers import MEMORIES, assert_close, random_weights
+from titans_atlas.ops import GatedMLPMemory, LinearMemory, MLPMemory
+
+
+@pytest.mark.parametrize("memory_id", list(MEMORIES))
+def test_grad_factors_equal_autograd(memory_id):
+    memory = MEMORIES[memory_id]
+    weights = {n: w.expand(3, *w.shape).clone() for n, w in random_weights(memory, 2).items()}
+    k = torch.randn(3, 2, 6, memory.dim_in, dtype=torch.float64)
+    v = torch.randn(3, 2, 6, memory.dim_out, dtype=torch.float64)
+    factors = memory.grad_factors(weights, k, v)
+    for token in range(6):
+        leaves = {n: w.detach().requires_grad_() for n, w in weights.items()}
+        pred = memory.forward(leaves, k[:, :, token : token + 1])
+        loss = 0.5 * ((pred - v[:, :, token : token + 1]) ** 2).sum()
+        expected = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+        assert set(factors) == set(expected)
+        for name, (a, b) in factors.items():
+            outer = a[:, :, token, :, None] * b[:, :, token, None, :]
+            assert_close(outer, expected[name], name=f"{memory_id}:{name}")
+
+
+@pytest.mark.parametrize("memory_id", list(MEMORIES))
+def test_forward_shapes_and_batched_weights(memory_id):
+    memory = MEMORIES[memory_id]
+    weights = memory.init_weights(num_heads=2)
+    for name, w in weights.items():
+        assert w.shape == (2, *memory.weight_shapes()[name])
+    x = torch.randn(4, 2, 7, memory.dim_in)
+    assert memory.forward(weights, x).shape == (4, 2, 7, memory.dim_out)
+    state = memory.initial_state(weights, batch_size=4)
+    for name, w in state.weights.items():
+        assert w.shape == (4, 2, *memory.weight_shapes()[name])
+        assert torch.equal(state.momentum[name], torch.zeros_like(w))
+    assert torch.allclose(memory.forward(state.weights, x), memory.forward(weights, x))
+
+
+def test_initialisation_scales():
+    linear = LinearMemory(64, 32).init_weights(4)
+    assert torch.count_nonzero(linear["w1"]) == 0  # an empty associative memory
+    seeded = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    mlp = MLPMemory(256, 256, expansion=4).init_weights(4, generator=seeded())
+    assert abs(mlp["w1"].std().item() - 1 / 16) < 2e-3  # LeCun: 1 / sqrt(fan_in)
+    assert abs(mlp["w2"].std().item() - 1 / 32) < 1e-3
+    same = MLPMemory(256, 256).init_weights(4, generator=seeded())
+    assert torch.equal(same["w1"], mlp["w1"])
+
+
+def test_residual_memory_reads_identity_plus_mlp():
+    memory = GatedMLPMemory(8, 8, residual=True)
+    weights = {n: torch.zeros_like(w) for n, w in memory.init_weights(2).items()}
+    x = torch.randn(1, 2, 3, 8)
+    assert torch.equal(memory.forward(weights, x), x)
+
+
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda: MLPMemory(4, 5, residual=True), "residual"),
+        (lambda: GatedMLPMemory(4, 5, residual=True), "residual"),
+        (lambda: MLPMemory(4, 4, depth=1), "depth"),
+        (lambda: MLPMemory(4, 4, activation="relu"), "activation"),
+        (lambda: MLPMemory(4, 4, expansion=0), "expansion"),
+        (lambda: LinearMemory(0, 4), "dim_in"),
+        (lambda: LinearMemory(4, 4).init_weights(0), "num_heads"),
+    ],
+)
+def test_bad_construction_names_the_argument(make, argument):
+    with pytest.raises(ValueError, match=argument):
+        make()
+
+
+def test_mismatched_weights_are_rejected():
+    memory = MLPMemory(4, 4)
+    weights = memory.init_weights(2)
+    with pytest.raises(ValueError, match="weights"):
+        memory.initial_state({"w1": weights["w1"]}, 2)
+    with pytest.raises(ValueError, match="w2"):
+        memory.initial_state({**weights, "w2": torch.zeros(2, 3, 3)}, 2)
