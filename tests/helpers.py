@@ -81,3 +81,41 @@ def assert_states_close(actual, expected, rtol=1e-9):
     for name in expected.weights:
         assert_close(actual.weights[name], expected.weights[name], rtol, f"weights[{name}]")
         assert_close(actual.momentum[name], expected.momentum[name], rtol, f"momentum[{name}]")
+
+
+def run_both(memory, inputs, weights, init_momentum, state_fn=None, **kwargs):
+    """Run reference and chunk from the same leaves; return (outputs, states, grads) pairs."""
+    leaves = [x for x in (inputs[n] for n in INPUT_NAMES) if x is not None]
+    leaves += list(weights.values()) + list(init_momentum.values())
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    results = []
+    for impl in ("reference", "chunk"):
+        batch = inputs["q"].shape[0]
+        state = memory.initial_state(weights, batch)
+        state.momentum = dict(init_momentum)
+        if state_fn is not None:
+            state = state_fn(state)
+        y, final = scan(memory, inputs, state, impl=impl, **kwargs)
+        results.append((y, final, gradients(probe_loss(y, final), leaves)))
+    return results
+
+
+def check_parity(results, rtol=1e-9):
+    (y_ref, s_ref, g_ref), (y_chunk, s_chunk, g_chunk) = results
+    assert_close(y_chunk, y_ref, rtol, "y")
+    assert_states_close(s_chunk, s_ref, rtol)
+    for i, (a, e) in enumerate(zip(g_chunk, g_ref)):
+        assert_close(a, e, rtol, f"grad {i}")
+
+
+def setup_case(memory_id, length, window=1, batch=2, heads=2):
+    memory = MEMORIES[memory_id]
+    inputs = random_inputs(memory, batch=batch, length=length, heads=heads, window=window)
+    weights = random_weights(memory, heads)
+    momentum = fresh_state(memory, weights, batch).momentum
+    return memory, inputs, weights, momentum
+
+
+def slice_inputs(inputs, start, stop):
+    return {n: None if x is None else x[:, start:stop] for n, x in inputs.items()}

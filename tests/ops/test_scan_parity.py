@@ -5,51 +5,15 @@ import pytest
 import torch
 
 from helpers import (
-    INPUT_NAMES,
     MEMORIES,
     assert_close,
     assert_states_close,
-    fresh_state,
-    gradients,
-    probe_loss,
+    check_parity,
     random_inputs,
-    random_weights,
+    run_both,
     scan,
+    setup_case,
 )
-
-
-def run_both(memory, inputs, weights, init_momentum, state_fn=None, **kwargs):
-    """Run reference and chunk from the same leaves; return (outputs, states, grads) pairs."""
-    leaves = [x for x in (inputs[n] for n in INPUT_NAMES) if x is not None]
-    leaves += list(weights.values()) + list(init_momentum.values())
-    for leaf in leaves:
-        leaf.requires_grad_(True)
-    results = []
-    for impl in ("reference", "chunk"):
-        batch = inputs["q"].shape[0]
-        state = memory.initial_state(weights, batch)
-        state.momentum = dict(init_momentum)
-        if state_fn is not None:
-            state = state_fn(state)
-        y, final = scan(memory, inputs, state, impl=impl, **kwargs)
-        results.append((y, final, gradients(probe_loss(y, final), leaves)))
-    return results
-
-
-def check_parity(results, rtol=1e-9):
-    (y_ref, s_ref, g_ref), (y_chunk, s_chunk, g_chunk) = results
-    assert_close(y_chunk, y_ref, rtol, "y")
-    assert_states_close(s_chunk, s_ref, rtol)
-    for i, (a, e) in enumerate(zip(g_chunk, g_ref)):
-        assert_close(a, e, rtol, f"grad {i}")
-
-
-def setup(memory_id, length, window=1, batch=2, heads=2):
-    memory = MEMORIES[memory_id]
-    inputs = random_inputs(memory, batch=batch, length=length, heads=heads, window=window)
-    weights = random_weights(memory, heads)
-    momentum = fresh_state(memory, weights, batch).momentum
-    return memory, inputs, weights, momentum
 
 
 @pytest.mark.parametrize("read", ["after", "before"])
@@ -57,7 +21,7 @@ def setup(memory_id, length, window=1, batch=2, heads=2):
 @pytest.mark.parametrize("chunk_size", [1, 3, 8])
 @pytest.mark.parametrize("memory_id", list(MEMORIES))
 def test_chunk_equals_reference(memory_id, chunk_size, length, read):
-    memory, inputs, weights, momentum = setup(memory_id, length)
+    memory, inputs, weights, momentum = setup_case(memory_id, length)
     check_parity(run_both(memory, inputs, weights, momentum, chunk_size=chunk_size, read=read))
 
 
@@ -65,7 +29,7 @@ def test_chunk_equals_reference(memory_id, chunk_size, length, read):
 @pytest.mark.parametrize("offset", [1, 5])
 def test_chunk_equals_reference_from_mid_chunk_state(memory_id, offset):
     """Continuing from a state that stands inside a chunk (base weights != current weights)."""
-    memory, inputs, weights, momentum = setup(memory_id, length=17)
+    memory, inputs, weights, momentum = setup_case(memory_id, length=17)
     prefix = random_inputs(memory, length=offset, heads=2)
 
     def advance(state):
@@ -78,7 +42,7 @@ def test_chunk_equals_reference_from_mid_chunk_state(memory_id, offset):
 
 @pytest.mark.parametrize("memory_id", ["mlp", "gated"])
 def test_checkpointing_changes_nothing(memory_id):
-    memory, inputs, weights, momentum = setup(memory_id, length=20)
+    memory, inputs, weights, momentum = setup_case(memory_id, length=20)
     plain = run_both(memory, inputs, weights, momentum, chunk_size=4)[1]
     ckpt = run_both(memory, inputs, weights, momentum, chunk_size=4, checkpoint=True)[1]
     check_parity([plain, ckpt], rtol=1e-12)
@@ -86,7 +50,7 @@ def test_checkpointing_changes_nothing(memory_id):
 
 @pytest.mark.parametrize("length", [1, 2, 9])
 def test_auto_picks_an_exact_path(length):
-    memory, inputs, weights, _ = setup("mlp", length)
+    memory, inputs, weights, _ = setup_case("mlp", length)
     state = memory.initial_state(weights, 2)
     y_auto, s_auto = scan(memory, inputs, state, chunk_size=4, impl="auto")
     y_ref, s_ref = scan(memory, inputs, state, chunk_size=4, impl="reference")
@@ -95,7 +59,7 @@ def test_auto_picks_an_exact_path(length):
 
 
 def test_float32_parity_is_within_float32_precision():
-    memory, inputs, weights, _ = setup("mlp", length=63)
+    memory, inputs, weights, _ = setup_case("mlp", length=63)
     inputs = {n: None if x is None else x.float() for n, x in inputs.items()}
     weights = {n: w.float() for n, w in weights.items()}
     state = memory.initial_state(weights, 2)

@@ -14,12 +14,9 @@ from helpers import (
     random_inputs,
     random_weights,
     scan,
+    slice_inputs,
 )
 from titans_atlas.ops import LinearMemory, MLPMemory, memory_scan
-
-
-def slice_inputs(inputs, start, stop):
-    return {n: None if x is None else x[:, start:stop] for n, x in inputs.items()}
 
 
 def splits(length, rng):

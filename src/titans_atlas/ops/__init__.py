@@ -7,7 +7,7 @@ width, Dh hidden width, C chunk size, N chunks, c Omega window. Functional layou
 
 from .feature_maps import default_polynomial_coefficients, polynomial_features, polynomial_width
 from .memory_models import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory
-from .newton_schulz import newton_schulz5
+from .newton_schulz import newton_schulz5, newton_schulz5_reference
 from .scan import memory_scan
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
@@ -24,6 +24,7 @@ __all__ = [
     "memory_scan_chunk",
     "memory_scan_reference",
     "newton_schulz5",
+    "newton_schulz5_reference",
     "polynomial_features",
     "polynomial_width",
 ]

@@ -11,7 +11,7 @@ import torch
 from einops import rearrange
 
 from .memory_models import MemoryModel
-from .newton_schulz import newton_schulz5
+from .newton_schulz import newton_schulz5_reference
 from .state import MemoryState
 
 
@@ -64,7 +64,8 @@ def memory_scan_reference(
             mom = {n: eta * mom[n] + grads[n] for n in grads}
             steps = muon == "token" or t % size == size - 1
             weights = {
-                n: (1 - alpha) * weights[n] - (theta * newton_schulz5(mom[n]) if steps else 0)
+                n: (1 - alpha) * weights[n]
+                - (theta * newton_schulz5_reference(mom[n]) if steps else 0)
                 for n in grads
             }
         read_weights = weights if read == "after" else previous
