@@ -98,14 +98,16 @@ def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, mome
     factors = memory.grad_factors(base, k, v)
     orthogonal, new_momentum = {}, {}
     for name, (a, b) in factors.items():
-        rows = coef.rows_momentum[..., None, None] * momentum[name].unsqueeze(2)
-        rows = rows + torch.einsum("bhmu,bhud,bhue->bhmde", coef.rows_grad, a, b)
-        orthogonal[name] = newton_schulz5(rows)
+        # S_m = rows_momentum_m S0 + sum_u rows_grad_mu a_u^T b_u: one matmul over (m, d) x u
+        weighted = rearrange(coef.rows_grad[..., None] * a[:, :, None], "b h m u d -> b h (m d) u")
+        rows = rearrange(weighted @ b, "b h (m d) e -> b h m d e", d=a.shape[-1])
+        rows = rows + coef.rows_momentum[..., None, None] * momentum[name].unsqueeze(2)
+        orthogonal[name] = newton_schulz5(rows)  # [B, H, M, d, e]
         new_momentum[name] = rows[:, :, -1]
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:
-        through_updates = torch.einsum("bhid,bhmde->bhime", x, orthogonal[name])
-        update = torch.einsum("bhim,bhime->bhie", coef.read_update, through_updates)
+        through_updates = x.unsqueeze(2) @ orthogonal[name]  # [B, H, M, C, e]: x_i NS5(S_m)
+        update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through_updates)
         return coef.read_decay[..., None] * (x @ weights[name]) - update
 
     y = memory.forward_with(linear, q)

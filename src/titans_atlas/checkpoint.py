@@ -1,0 +1,75 @@
+"""Save and load models: ``config.json`` (the ModelConfig) beside ``model.safetensors``.
+
+No pickle anywhere: weights go through safetensors, the config through JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model as load_safetensors
+from safetensors.torch import save_model as save_safetensors
+
+from .models.backbone import MODELS, LanguageModel, build_model
+from .models.config import ModelConfig
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+FORMAT = "titans-atlas"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded (missing or corrupt file, unknown model)."""
+
+
+def save_model(model: LanguageModel, directory: str | Path) -> None:
+    """Write ``model``'s config and weights into ``directory`` (created if needed)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()}
+    (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_safetensors(model, str(directory / WEIGHTS_FILE))  # tied weights are stored once
+
+
+def load_model(directory: str | Path, device: str | torch.device = "cpu") -> LanguageModel:
+    """Rebuild a model saved by ``save_pretrained``; raises CheckpointError on bad input."""
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint is missing {path}")
+    config = _read_config(config_path)
+    model = build_model(config)
+    try:
+        missing, unexpected = load_safetensors(model, str(weights_path), strict=False)
+    except (SafetensorError, RuntimeError, OSError) as err:
+        raise CheckpointError(f"cannot read weights from {weights_path}: {err}") from err
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights_path} does not match the config: missing {sorted(missing)}, "
+            f"unexpected {sorted(unexpected)}"
+        )
+    return model.to(device)
+
+
+def _read_config(path: Path) -> ModelConfig:
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
+        raise CheckpointError(f"{path} is not a {FORMAT} config")
+    if meta.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format version {meta.get('version')}, this library reads {FORMAT_VERSION}"
+        )
+    name = meta["config"].get("name")
+    if name not in MODELS:
+        raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
+    try:
+        return ModelConfig.from_dict(meta["config"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path} holds an invalid config: {err}") from err

@@ -1,0 +1,224 @@
+"""The memory layer (spec/architectures.md, "The memory layer"; Titans 4.4, ATLAS 5).
+
+Axes: B batch, T tokens, D model width, H heads, Dh head width, Dk key width after the
+feature map, c Omega window.
+
+x -> q, k, v projections -> causal depthwise conv (own streaming caches) -> SiLU ->
+L2-normalise q, k -> optional polynomial map -> per-token gates from x -> memory_scan ->
+per-head RMSNorm -> output gate -> output projection.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from ..ops import (
+    GatedMLPMemory,
+    LinearMemory,
+    MemoryState,
+    MLPMemory,
+    default_polynomial_coefficients,
+    memory_scan,
+    polynomial_features,
+    polynomial_width,
+)
+from .basic import CausalConv
+
+MEMORY_MODELS = ("linear", "mlp", "gated_mlp")
+FEATURE_MAPS = (None, "polynomial")
+
+
+@dataclass
+class MemoryConfig:
+    """Settings of one memory layer. Gate ``init_*`` values are the untrained gates."""
+
+    model: str = "mlp"  # "linear" | "mlp" | "gated_mlp"
+    expansion: float = 4.0
+    depth: int = 2
+    activation: str = "gelu"
+    residual: bool = False
+    chunk_size: int = 64
+    omega_window: int = 1
+    muon: bool | str = False  # False | True ("token") | "chunk"
+    feature_map: str | None = None  # None | "polynomial"
+    poly_degree: int = 2
+    feature_projection: bool = False  # learned projection of phi(k) back to the head width
+    read: str = "after"
+    lr_max: float = 1.0  # theta = lr_max * sigmoid(.)
+    init_lr: float = 0.1  # a moderate inner step for unit-norm keys
+    init_momentum: float = 0.5
+    init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
+    init_omega: float = 0.9
+    conv_kernel: int = 4
+    output_gate: str = "sigmoid"  # "sigmoid" | "silu"
+    checkpoint: bool = False
+    impl: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.model not in MEMORY_MODELS:
+            raise ValueError(f"memory model must be one of {MEMORY_MODELS}, got {self.model!r}")
+        if self.feature_map not in FEATURE_MAPS:
+            raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {self.feature_map!r}")
+        if self.output_gate not in ("sigmoid", "silu"):
+            raise ValueError(f"output_gate must be 'sigmoid' or 'silu', got {self.output_gate!r}")
+        for name in ("init_lr", "init_momentum", "init_decay", "init_omega"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must lie in (0, 1), got {getattr(self, name)}")
+
+
+@dataclass
+class MemoryLayerState:
+    """A memory layer's stream: the memory itself and the conv caches (by stream name)."""
+
+    memory: MemoryState
+    conv: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+class NeuralMemory(nn.Module):
+    """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
+
+    def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.config, self.num_heads = config, num_heads
+        head_dim = self.head_dim = dim // num_heads
+        width = head_dim * num_heads
+        self.to_qkv = nn.Linear(dim, 3 * width, bias=False)
+        self.conv = nn.ModuleDict({n: CausalConv(width, config.conv_kernel) for n in "qkv"})
+        window = config.omega_window
+        self.to_gates = nn.Linear(dim, num_heads * (3 + window))
+        self._init_gates()
+        key_dim = head_dim
+        if config.feature_map == "polynomial":
+            degree = config.poly_degree
+            self.poly_coefficients = nn.Parameter(default_polynomial_coefficients(degree))
+            key_dim = polynomial_width(head_dim, degree)
+            if config.feature_projection:
+                self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
+                key_dim = head_dim
+        self.memory = _build_memory(config, key_dim, head_dim)
+        self.initial_weights = nn.ParameterDict(
+            {n: nn.Parameter(w) for n, w in self.memory.init_weights(num_heads).items()}
+        )
+        self.out_norm = nn.RMSNorm(head_dim, eps=1e-6)
+        self.to_out_gate = nn.Linear(dim, width, bias=False)
+        self.to_out = nn.Linear(width, dim, bias=False)
+
+    def _init_gates(self) -> None:
+        """Small weights and biases that give the configured untrained gates."""
+        config, heads = self.config, self.num_heads
+        nn.init.normal_(self.to_gates.weight, std=0.02)
+        biases = [
+            _logit(config.init_lr / config.lr_max),
+            _logit(config.init_momentum),
+            _logit(config.init_decay),
+        ] + [_logit(config.init_omega)] * config.omega_window
+        with torch.no_grad():
+            self.to_gates.bias.copy_(torch.tensor(biases).repeat_interleave(heads))
+
+    def initial_state(self, batch_size: int) -> MemoryLayerState:
+        weights = dict(self.initial_weights.items())
+        return MemoryLayerState(memory=self.memory.initial_state(weights, batch_size))
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]."""
+        x = F.normalize(F.silu(rearrange(x, "b t (h d) -> b t h d", h=self.num_heads)), dim=-1)
+        if self.config.feature_map == "polynomial":
+            x = polynomial_features(x, self.config.poly_degree, self.poly_coefficients)
+            if self.config.feature_projection:
+                x = self.feature_projection(x)
+        return x
+
+    def _query_features(self, q: torch.Tensor, cache: torch.Tensor | None):
+        q, cache = self.conv["q"](q, cache)
+        return self._features(q), cache
+
+    def _gates(self, x: torch.Tensor):
+        raw = rearrange(torch.sigmoid(self.to_gates(x)), "b t (g h) -> b t h g", h=self.num_heads)
+        lr, momentum, decay = raw[..., 0] * self.config.lr_max, raw[..., 1], raw[..., 2]
+        omega = raw[..., 3:] if self.config.omega_window > 1 else None
+        return lr, momentum, decay, omega
+
+    def output(self, read: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Per-head RMSNorm of the reads ``[B, T, H, Dh]``, output gate from x, projection."""
+        read = rearrange(self.out_norm(read.to(x.dtype)), "b t h d -> b t (h d)")
+        gate = self.to_out_gate(x)
+        gate = torch.sigmoid(gate) if self.config.output_gate == "sigmoid" else F.silu(gate)
+        return self.to_out(read * gate)
+
+    def forward(
+        self, x: torch.Tensor, state: MemoryLayerState | None = None
+    ) -> tuple[torch.Tensor, MemoryLayerState]:
+        if state is None:
+            state = self.initial_state(x.shape[0])
+        conv = dict(state.conv)  # a forward never mutates the caller's state
+        q, k, v = self.to_qkv(x).split(self.head_dim * self.num_heads, dim=-1)
+        q, conv["q"] = self._query_features(q, conv.get("q"))
+        k, conv["k"] = self.conv["k"](k, conv.get("k"))
+        v, conv["v"] = self.conv["v"](v, conv.get("v"))
+        k = self._features(k)
+        v = rearrange(F.silu(v), "b t (h d) -> b t h d", h=self.num_heads)
+        lr, momentum, decay, omega = self._gates(x)
+        config = self.config
+        read, memory = memory_scan(
+            self.memory,
+            q,
+            k,
+            v,
+            lr,
+            momentum,
+            decay,
+            state.memory,
+            chunk_size=config.chunk_size,
+            omega_window=config.omega_window,
+            omega_gate=omega,
+            muon=config.muon,
+            read=config.read,
+            impl=config.impl,
+            checkpoint=config.checkpoint,
+        )
+        return self.output(read, x), MemoryLayerState(memory=memory, conv=conv)
+
+    def retrieve(
+        self, x: torch.Tensor, weights: dict, conv_cache: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Read memory ``weights`` ``[B, H, ...]`` with queries from x, no update (MAC eq. 21).
+        Returns ``[B, T, D]`` and the query conv cache of this stream."""
+        width = self.head_dim * self.num_heads
+        q, conv_cache = self._query_features(F.linear(x, self.to_qkv.weight[:width]), conv_cache)
+        q = rearrange(q, "b t h d -> b h t d").to(next(iter(weights.values())).dtype)
+        read = rearrange(self.memory.forward(weights, q), "b h t d -> b t h d")
+        return self.output(read, x), conv_cache
+
+
+def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
+    if config.residual and key_dim != value_dim:
+        raise ValueError(
+            f"residual memory needs key width == value width, got {key_dim} != {value_dim} "
+            "(a polynomial feature map widens keys: set feature_projection=True or residual=False)"
+        )
+    if config.model == "linear":
+        return LinearMemory(dim_in=key_dim, dim_out=value_dim)
+    if config.model == "mlp":
+        return MLPMemory(
+            dim_in=key_dim,
+            dim_out=value_dim,
+            expansion=config.expansion,
+            depth=config.depth,
+            activation=config.activation,
+            residual=config.residual,
+        )
+    return GatedMLPMemory(
+        dim_in=key_dim, dim_out=value_dim, expansion=config.expansion, residual=config.residual
+    )

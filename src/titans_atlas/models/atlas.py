@@ -1,0 +1,53 @@
+"""The ATLAS family (Behrouz et al. 2025, Section 5): the LMM / MAG / MAL layouts with the
+ATLAS memory -- Omega window c = 8, polynomial keys and queries, Muon momentum, residual
+2-layer MLP memory.
+
+A residual memory needs key width == value width, and the degree-2 polynomial map widens a
+64-wide head to 2145 features; so these presets name the learned projection back to the
+head width (``feature_projection=True``). Set it to False with ``residual=False`` (or a
+linear memory) for the unprojected map.
+"""
+
+from __future__ import annotations
+
+from .backbone import register
+from .lmm import LMM
+from .mag import MAG
+from .mal import MAL
+
+ATLAS_MEMORY = {
+    "model": "mlp",
+    "depth": 2,
+    "expansion": 4.0,
+    "residual": True,
+    "omega_window": 8,
+    "feature_map": "polynomial",
+    "poly_degree": 2,
+    "feature_projection": True,
+    "muon": True,
+}
+
+
+@register("atlas", memory=ATLAS_MEMORY)
+class Atlas(LMM):
+    """LMM layout with the ATLAS memory."""
+
+
+@register("atlas-mag", memory=ATLAS_MEMORY)
+class AtlasMAG(MAG):
+    """MAG layout with the ATLAS memory."""
+
+
+@register("atlas-mal", memory=ATLAS_MEMORY)
+class AtlasMAL(MAL):
+    """MAL layout with the ATLAS memory."""
+
+
+@register("omeganet", memory={**ATLAS_MEMORY, "muon": False})
+class OmegaNet(LMM):
+    """Omega window + polynomial features with plain (Titans) momentum."""
+
+
+@register("atlas++", memory={**ATLAS_MEMORY, "model": "gated_mlp"})
+class AtlasPlusPlus(LMM):
+    """Atlas with the gated (SwiGLU) MLP memory."""

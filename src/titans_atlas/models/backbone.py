@@ -1,0 +1,150 @@
+"""The Llama-style backbone every architecture shares, its explicit streaming state, and the
+model registry.
+
+Axes: B batch, T tokens, D model width, V vocabulary.
+An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) -> (x, state)``
+-- registered with the defaults that define it; everything else lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import SIZE_PRESETS, ModelConfig
+
+
+@dataclass
+class ModelState:
+    """A stream through a model: the next position and each block's own state."""
+
+    position: int
+    blocks: list[Any]
+    batch_size: int
+
+    def detach(self) -> ModelState:
+        """Cut the autograd graph (truncated backpropagation through time)."""
+        return _detach(self)
+
+
+def _detach(obj: Any) -> Any:
+    """Detach every tensor inside nested dataclasses, dicts and lists."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: _detach(getattr(obj, f.name)) for f in fields(obj)})
+    if isinstance(obj, dict):
+        return {k: _detach(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_detach(v) for v in obj)
+    return obj
+
+
+class LanguageModel(nn.Module):
+    """Embedding -> blocks -> RMSNorm -> LM head. ``forward(ids [B, T], state) -> (logits
+    [B, T, V], state)``; any split of a sequence over calls gives the logits of one call."""
+
+    block_class: type[nn.Module]
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        self.blocks = nn.ModuleList(self.block_class(config) for _ in range(config.depth))
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        for module in self.modules():
+            if isinstance(module, nn.Linear | nn.Embedding) and module is not self.head:
+                nn.init.normal_(module.weight, std=0.02)
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+        else:
+            nn.init.normal_(self.head.weight, std=0.02)
+
+    def forward(
+        self, input_ids: torch.Tensor, state: ModelState | None = None
+    ) -> tuple[torch.Tensor, ModelState]:
+        self._check(input_ids, state)
+        if state is None:
+            state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0])
+        x = self.embed(input_ids)
+        block_states = []
+        for block, block_state in zip(self.blocks, state.blocks):
+            x, block_state = block(x, block_state, state.position)
+            block_states.append(block_state)
+        logits = self.head(self.norm(x))
+        return logits, ModelState(
+            state.position + input_ids.shape[1], block_states, input_ids.shape[0]
+        )
+
+    def _check(self, input_ids: torch.Tensor, state: ModelState | None) -> None:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+            raise ValueError("input_ids must be a [B, T] tensor of token ids")
+        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(f"input_ids must be integer token ids, got {input_ids.dtype}")
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size})")
+        if state is not None:
+            if not isinstance(state, ModelState) or len(state.blocks) != len(self.blocks):
+                raise ValueError("state must be a ModelState returned by this model")
+            if state.batch_size != input_ids.shape[0]:
+                raise ValueError(
+                    f"state is for batch {state.batch_size}, input_ids has {input_ids.shape[0]}"
+                )
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write ``config.json`` and ``model.safetensors`` (no pickle) to ``directory``."""
+        from ..checkpoint import save_model
+
+        save_model(self, directory)
+
+
+MODELS: dict[str, tuple[type[LanguageModel], dict[str, Any]]] = {}
+
+
+def register(name: str, **defaults: Any) -> Callable[[type[LanguageModel]], type[LanguageModel]]:
+    """Register an architecture under ``name`` with the config defaults that define it."""
+
+    def add(cls: type[LanguageModel]) -> type[LanguageModel]:
+        MODELS[name] = (cls, defaults)
+        return cls
+
+    return add
+
+
+def list_models() -> list[str]:
+    """Names accepted by ``create_model``."""
+    return list(MODELS)
+
+
+def model_config(name: str, preset: str | None = None, **overrides: Any) -> ModelConfig:
+    """The config ``create_model`` would build: architecture defaults, then the size preset,
+    then ``overrides``."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {list_models()}")
+    if preset is not None and preset not in SIZE_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; available: {list(SIZE_PRESETS)}")
+    config = ModelConfig(name=name).with_overrides(**MODELS[name][1])
+    if preset is not None:
+        config = config.with_overrides(**SIZE_PRESETS[preset])
+    if "name" in overrides and overrides["name"] != name:
+        raise ValueError(f"name={overrides['name']!r} conflicts with the model {name!r}")
+    return config.with_overrides(**overrides)
+
+
+def create_model(name: str, preset: str | None = None, **overrides: Any) -> LanguageModel:
+    """Build a registered architecture, e.g. ``create_model("mac", dim=256, window=64)``."""
+    return build_model(model_config(name, preset, **overrides))
+
+
+def build_model(config: ModelConfig) -> LanguageModel:
+    if config.name not in MODELS:
+        raise ValueError(f"unknown model {config.name!r}; available: {list_models()}")
+    return MODELS[config.name][0](config)

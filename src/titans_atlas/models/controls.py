@@ -1,0 +1,42 @@
+"""Controls without memory: sliding-window attention (SWA) and a full-attention Transformer
+(Transformer++ in the papers). Block: x + Attn(norm(x)), then FFN."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..layers.attention import VisibilityRule
+from .backbone import LanguageModel, register
+from .blocks import FeedForward, ResidualAttention
+from .config import ModelConfig
+
+
+class AttentionBlock(nn.Module):
+    rule_of = staticmethod(lambda config: VisibilityRule())
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.attn = ResidualAttention(config, self.rule_of(config))
+        self.ffn = FeedForward(config)
+
+    def forward(self, x, state, position):
+        x, cache = self.attn(x, state, position)
+        return self.ffn(x), cache
+
+
+class SlidingWindowBlock(AttentionBlock):
+    rule_of = staticmethod(lambda config: VisibilityRule(window=config.window))
+
+
+@register("swa")
+class SWA(LanguageModel):
+    """Sliding-window attention only (window = ``config.window``), persistent tokens visible."""
+
+    block_class = SlidingWindowBlock
+
+
+@register("transformer", num_persistent=0)
+class Transformer(LanguageModel):
+    """Full causal attention; its KV cache grows with the context."""
+
+    block_class = AttentionBlock

@@ -1,0 +1,62 @@
+"""MAC, memory as context (Titans eqs. 21-25).
+
+The stream is cut into segments of ``window`` tokens. For segment s, with M_{s-1} the memory
+after the previous segment:
+
+    h = M*_{s-1}(q(x_s))                  read only, no update              (eq. 21)
+    y = Attn([persistent ; h ; x_s])      causal inside the segment: x_i sees h_j, x_j, j <= i
+    M_s = M_{s-1} updated with y          keys/values from y, chunked       (eq. 24)
+    o = y (x) M*_s(y)                     per-token read after its own write (eq. 25)
+
+Block: h_in = norm(x); x + gate(y, m); then FFN. Segments are processed in order (each needs
+the memory the previous one left), so a call may start or end anywhere inside a segment.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..layers.attention import VisibilityRule
+from ..layers.neural_memory import NeuralMemory
+from .backbone import LanguageModel, register
+from .blocks import FeedForward, NonLinearGate, make_attention
+from .config import ModelConfig
+
+
+class MACBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.segment = config.window
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.attn = make_attention(config, VisibilityRule(segment=config.window))
+        self.gate = NonLinearGate(config)
+        self.ffn = FeedForward(config)
+
+    def forward(self, x, state, position):
+        state = dict(state) if state else {"memory": self.memory.initial_state(x.shape[0])}
+        pieces, start = [], 0
+        while start < x.shape[1]:
+            pos = position + start
+            stop = min(x.shape[1], start + self.segment - pos % self.segment)
+            if pos % self.segment == 0 or "segment_weights" not in state:
+                state["segment_weights"] = state["memory"].memory.weights  # M_{s-1}
+            pieces.append(self._segment(x[:, start:stop], state, pos))
+            start = stop
+        return self.ffn(torch.cat(pieces, dim=1)), state
+
+    def _segment(self, x: torch.Tensor, state: dict, position: int) -> torch.Tensor:
+        """One segment (or the part of it in this call); updates ``state`` in place."""
+        h_in = self.norm(x)
+        retrieved, state["retrieve_conv"] = self.memory.retrieve(
+            h_in, state["segment_weights"], state.get("retrieve_conv")
+        )
+        y, state["attn"] = self.attn(h_in, state.get("attn"), position, context=retrieved)
+        m, state["memory"] = self.memory(y, state["memory"])
+        return x + self.gate(y, m)
+
+
+@register("mac")
+class MAC(LanguageModel):
+    block_class = MACBlock

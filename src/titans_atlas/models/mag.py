@@ -1,0 +1,38 @@
+"""MAG, memory as a gate (Titans eqs. 26-28).
+
+Block: h = norm(x); y = SWA([persistent ; h]); m = Mem(h) (per-token read);
+x + RMSNorm(y) * sigmoid(RMSNorm(m)); then FFN. The two branches run side by side.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..layers.attention import VisibilityRule
+from ..layers.neural_memory import NeuralMemory
+from .backbone import LanguageModel, register
+from .blocks import FeedForward, NonLinearGate, make_attention
+from .config import ModelConfig
+
+
+class MAGBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.attn = make_attention(config, VisibilityRule(window=config.window))
+        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.gate = NonLinearGate(config)
+        self.ffn = FeedForward(config)
+
+    def forward(self, x, state, position):
+        state = state or {}
+        h = self.norm(x)
+        y, cache = self.attn(h, state.get("attn"), position)
+        m, memory_state = self.memory(h, state.get("memory"))
+        x = x + self.gate(y, m)
+        return self.ffn(x), {"attn": cache, "memory": memory_state}
+
+
+@register("mag")
+class MAG(LanguageModel):
+    block_class = MAGBlock

@@ -1,0 +1,36 @@
+"""MAL, memory as a layer (Titans eqs. 29-31): the memory layer, then sliding-window
+attention over its output -- sequential, not a sum.
+
+Block: x + Mem(norm(x)); then x + SWA(norm(x)); then FFN (each sublayer pre-norm residual,
+so the attention reads the memory's output).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..layers.attention import VisibilityRule
+from ..layers.neural_memory import NeuralMemory
+from .backbone import LanguageModel, register
+from .blocks import FeedForward, ResidualAttention
+from .config import ModelConfig
+
+
+class MALBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.attn = ResidualAttention(config, VisibilityRule(window=config.window))
+        self.ffn = FeedForward(config)
+
+    def forward(self, x, state, position):
+        state = state or {}
+        y, memory_state = self.memory(self.norm(x), state.get("memory"))
+        x, cache = self.attn(x + y, state.get("attn"), position)
+        return self.ffn(x), {"attn": cache, "memory": memory_state}
+
+
+@register("mal")
+class MAL(LanguageModel):
+    block_class = MALBlock
