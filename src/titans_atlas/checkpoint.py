@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model as load_safetensors
 from safetensors.torch import save_model as save_safetensors
 
@@ -31,7 +31,8 @@ def save_model(model: LanguageModel, directory: str | Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()}
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    save_safetensors(model, str(directory / WEIGHTS_FILE))  # tied weights are stored once
+    # tied weights are stored once; the metadata guards against loading under another model
+    save_safetensors(model, str(directory / WEIGHTS_FILE), metadata={"model": model.config.name})
 
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> LanguageModel:
@@ -42,6 +43,11 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Lan
         if not path.is_file():
             raise CheckpointError(f"checkpoint is missing {path}")
     config = _read_config(config_path)
+    saved_as = _weights_model_name(weights_path)
+    if saved_as is not None and saved_as != config.name:
+        raise CheckpointError(
+            f"{weights_path} holds a {saved_as!r} model, config says {config.name!r}"
+        )
     model = build_model(config)
     try:
         missing, unexpected = load_safetensors(model, str(weights_path), strict=False)
@@ -53,6 +59,14 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Lan
             f"unexpected {sorted(unexpected)}"
         )
     return model.to(device)
+
+
+def _weights_model_name(path: Path) -> str | None:
+    try:
+        with safe_open(str(path), framework="pt") as weights:
+            return (weights.metadata() or {}).get("model")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"cannot read weights from {path}: {err}") from err
 
 
 def _read_config(path: Path) -> ModelConfig:

@@ -77,7 +77,10 @@ class Attention(nn.Module):
         self.num_heads, self.rule, self.rope_base = num_heads, rule, rope_base
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.to_out = nn.Linear(dim, dim, bias=False)
-        self.persistent = nn.Parameter(0.02 * torch.randn(num_persistent, dim))
+        # Persistent memory tokens live in model space and go through the key/value projections.
+        self.persistent = (
+            nn.Parameter(0.02 * torch.randn(num_persistent, dim)) if num_persistent else None
+        )
 
     def _project(self, x: torch.Tensor, positions: torch.Tensor):
         q, k, v = rearrange(self.to_qkv(x), "b t (n h d) -> n b h t d", n=3, h=self.num_heads)
@@ -93,32 +96,31 @@ class Attention(nn.Module):
         length = x.shape[1]
         positions = torch.arange(position, position + length, device=x.device)
         q, k, v = self._project(x, positions)
-        keys, values, key_pos = [k], [v], [positions]
+        sources = [(cache.keys, cache.values, cache.positions)] if cache is not None else []
         if context is not None:
             _, k_ctx, v_ctx = self._project(context, positions)
-            keys, values, key_pos = [k_ctx, k], [v_ctx, v], [positions, positions]
-        if cache is not None:
-            keys, values, key_pos = (
-                [cache.keys, *keys],
-                [cache.values, *values],
-                [cache.positions, *key_pos],
-            )
+            sources.append((k_ctx, v_ctx, positions))
+        sources.append((k, v, positions))
+        keys, values, key_pos = (list(group) for group in zip(*sources))
         keys, values, key_pos = torch.cat(keys, 2), torch.cat(values, 2), torch.cat(key_pos)
         out = self._attend(q, positions, keys, values, key_pos)
         keep = key_pos >= self.rule.first_visible(position + length)
         cache = KVCache(keys[:, :, keep], values[:, :, keep], key_pos[keep])
         return self.to_out(rearrange(out, "b h t d -> b t (h d)")), cache
 
-    def _persistent_kv(self, batch: int, dtype: torch.dtype):
+    def _persistent_kv(self, q: torch.Tensor):
         """Persistent tokens through the key/value projections: ``[B, H, P, Dh]`` each."""
+        if self.persistent is None:
+            empty = q.new_zeros(q.shape[0], q.shape[1], 0, q.shape[3])
+            return empty, empty
         _, k, v = rearrange(
-            self.to_qkv(self.persistent.to(dtype)), "p (n h d) -> n h p d", n=3, h=self.num_heads
+            self.to_qkv(self.persistent.to(q.dtype)), "p (n h d) -> n h p d", n=3, h=self.num_heads
         )
-        return k.expand(batch, *k.shape), v.expand(batch, *v.shape)
+        return k.expand(q.shape[0], *k.shape), v.expand(q.shape[0], *v.shape)
 
     def _attend(self, q, q_pos, keys, values, key_pos) -> torch.Tensor:
         """SDPA over query blocks; each block sees only the keys its rule can allow."""
-        p_keys, p_values = self._persistent_kv(q.shape[0], q.dtype)
+        p_keys, p_values = self._persistent_kv(q)
         outputs = []
         for start in range(0, q.shape[2], QUERY_BLOCK):
             block_pos = q_pos[start : start + QUERY_BLOCK]

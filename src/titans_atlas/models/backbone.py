@@ -71,6 +71,8 @@ class LanguageModel(nn.Module):
         self._check(input_ids, state)
         if state is None:
             state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0])
+        if input_ids.shape[1] == 0:  # nothing to read or write: the stream stands still
+            return self.head.weight.new_zeros(*input_ids.shape, self.config.vocab_size), state
         x = self.embed(input_ids)
         block_states = []
         for block, block_state in zip(self.blocks, state.blocks):
@@ -134,8 +136,6 @@ def model_config(name: str, preset: str | None = None, **overrides: Any) -> Mode
     config = ModelConfig(name=name).with_overrides(**MODELS[name][1])
     if preset is not None:
         config = config.with_overrides(**SIZE_PRESETS[preset])
-    if "name" in overrides and overrides["name"] != name:
-        raise ValueError(f"name={overrides['name']!r} conflicts with the model {name!r}")
     return config.with_overrides(**overrides)
 
 

@@ -10,14 +10,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..layers.neural_memory import MemoryConfig
+from ..validation import check_int, check_number
 
-# Shapes of the papers' model sizes (Titans Table 1 / ATLAS Section 6 scale); the parameter
-# count includes a 32k-token tied embedding.
+# Shapes for the papers' model sizes. One shape serves every architecture, so the count varies
+# with the layout (32k tied embedding included): at "170m" SWA has ~138M, LMM-layout models
+# ~155M, MAG/MAL/MAC ~190M; the attention-plus-memory layouts sit ~30% above the name.
 SIZE_PRESETS: dict[str, dict[str, Any]] = {
     "debug": {"dim": 64, "depth": 2, "num_heads": 4, "window": 32, "vocab_size": 256},
-    "170m": {"dim": 768, "depth": 12, "num_heads": 12, "window": 512, "vocab_size": 32000},
-    "340m": {"dim": 1024, "depth": 24, "num_heads": 16, "window": 512, "vocab_size": 32000},
-    "760m": {"dim": 1536, "depth": 24, "num_heads": 16, "window": 1024, "vocab_size": 32000},
+    "170m": {"dim": 768, "depth": 16, "num_heads": 12, "window": 512, "vocab_size": 32000},
+    "340m": {"dim": 1024, "depth": 18, "num_heads": 16, "window": 512, "vocab_size": 32000},
+    "760m": {"dim": 1536, "depth": 18, "num_heads": 16, "window": 1024, "vocab_size": 32000},
 }
 
 
@@ -41,12 +43,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):
-            self.memory = MemoryConfig(**self.memory)
+            self.memory = MemoryConfig(**_known(MemoryConfig, self.memory, "memory"))
+        if not isinstance(self.memory, MemoryConfig):
+            raise ValueError(f"memory must be a MemoryConfig or a dict, got {self.memory!r}")
         for name in ("vocab_size", "dim", "depth", "num_heads", "window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_persistent < 0:
-            raise ValueError(f"num_persistent must be >= 0, got {self.num_persistent}")
+            check_int(name, getattr(self, name), 1)
+        check_int("num_persistent", self.num_persistent, 0)
+        check_number("ffn_expansion", self.ffn_expansion, 0.0)
+        check_number("rope_base", self.rope_base, 1.0)
+        check_number("norm_eps", self.norm_eps, 0.0)
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
 
@@ -59,11 +64,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields {unknown}")
-        return cls(**data)
+        return cls(**_known(cls, data, "ModelConfig"))
 
     def with_overrides(self, **overrides: Any) -> ModelConfig:
         """A copy with ModelConfig or MemoryConfig fields replaced (memory ones by name)."""
@@ -81,5 +82,16 @@ class ModelConfig:
                 raise ValueError(f"unknown config field {key!r} (not in ModelConfig/MemoryConfig)")
         config = replace(self, **top)
         if nested:
+            nested = _known(MemoryConfig, nested, "memory")
             config = replace(config, memory=replace(config.memory, **nested))
         return config
+
+
+def _known(cls: type, data: dict[str, Any], what: str) -> dict[str, Any]:
+    """``data`` if every key is a field of dataclass ``cls``; else ValueError naming them."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a dict of fields, got {type(data).__name__}")
+    unknown = sorted(set(data) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {what} fields {unknown}")
+    return data

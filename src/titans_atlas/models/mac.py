@@ -8,7 +8,9 @@ after the previous segment:
     M_s = M_{s-1} updated with y          keys/values from y, chunked       (eq. 24)
     o = y (x) M*_s(y)                     per-token read after its own write (eq. 25)
 
-Block: h_in = norm(x); x + gate(y, m); then FFN. Segments are processed in order (each needs
+Block: h_in = norm(x); the memory writes and reads norm(y) (pre-norm like every sublayer: the
+raw attention output is ~1e-3 at initialisation, too small to write anything the initial
+weights would not drown); x + gate(y, m); then FFN. Segments are processed in order (each needs
 the memory the previous one left), so a call may start or end anywhere inside a segment.
 """
 
@@ -29,6 +31,7 @@ class MACBlock(nn.Module):
         super().__init__()
         self.segment = config.window
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
         self.attn = make_attention(config, VisibilityRule(segment=config.window))
         self.gate = NonLinearGate(config)
@@ -53,7 +56,7 @@ class MACBlock(nn.Module):
             h_in, state["segment_weights"], state.get("retrieve_conv")
         )
         y, state["attn"] = self.attn(h_in, state.get("attn"), position, context=retrieved)
-        m, state["memory"] = self.memory(y, state["memory"])
+        m, state["memory"] = self.memory(self.memory_norm(y), state["memory"])
         return x + self.gate(y, m)
 
 

@@ -20,9 +20,9 @@ from .state import MemoryState
 IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk}
 READ_MODES = ("after", "before")
 MUON_MODES = {False: None, True: "token", "token": "token", "chunk": "chunk"}
-# Below this many tokens the per-token loop is cheaper than laying out a chunk grid
-# (benchmarks/memory_scan.py, "auto" section).
-AUTO_REFERENCE_MAX_TOKENS = 1
+# A chunked call costs about one full chunk however few tokens it holds, the per-token loop
+# about T tokens; the loop wins up to roughly C / 16 tokens (benchmarks/memory_scan.py, "auto").
+AUTO_TOKENS_PER_CHUNK = 16
 
 
 def memory_scan(
@@ -57,7 +57,8 @@ def memory_scan(
         muon: False (Titans momentum), True or "token" (per-token Muon), "chunk" (one NS5 step
             per chunk, at the token that closes it; a different model, see docs/memory.md).
         read: "after" (y_t = f(W_t, q_t)) or "before" (y_t = f(W_{t-1}, q_t)).
-        impl: "chunk", "reference" or "auto" (reference for single tokens, chunk otherwise).
+        impl: "chunk", "reference" or "auto" (the per-token loop for calls of at most
+            max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise).
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
 
     Returns:
@@ -81,7 +82,8 @@ def memory_scan(
         impl,
     )
     if impl == "auto":
-        impl = "reference" if q.shape[1] <= AUTO_REFERENCE_MAX_TOKENS else "chunk"
+        short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
+        impl = "reference" if short else "chunk"
     dtype = next(iter(state.weights.values())).dtype
     state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
     inputs = [x.to(dtype) for x in (q, k, v, lr, momentum, decay)]

@@ -1,0 +1,266 @@
+"""Autoregressive generation, split as in gpt-fast: ``prefill`` / ``decode_one_token`` /
+``generate``. The engine works on token ids only and knows nothing about tokenisation.
+
+Axes: B batch, T tokens, V vocabulary.
+Decoding is the model's streaming property with pieces of length 1: the ``ModelState`` from
+the prompt carries memory weights, momentum and KV caches, so a step's cost does not grow with
+the context for memory-only and sliding-window models. Logits processing follows HF
+transformers, in this order: repetition penalty, temperature, top-k, top-p, min-p.
+Everything runs under ``torch.no_grad`` rather than ``inference_mode``: inference tensors
+cannot enter a later autograd computation, and generated ids and states often do (e.g. a
+scoring or fine-tuning pass on samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .models.backbone import LanguageModel, ModelState
+
+__all__ = [
+    "Sampler",
+    "SamplingConfig",
+    "apply_min_p",
+    "apply_repetition_penalty",
+    "apply_top_k",
+    "apply_top_p",
+    "decode_one_token",
+    "generate",
+    "prefill",
+    "process_logits",
+]
+
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is chosen. ``greedy=True`` or ``temperature=0`` takes the argmax
+    (after the repetition penalty); ``None`` turns a filter off."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1] or be None, got {self.top_p}")
+        if self.min_p is not None and not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must lie in [0, 1) or be None, got {self.min_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0
+
+
+def apply_repetition_penalty(
+    logits: torch.Tensor, seen: torch.Tensor, penalty: float
+) -> torch.Tensor:
+    """Divide positive / multiply negative logits ``[B, V]`` of tokens already in the sequence
+    (``seen``, bool ``[B, V]``) by ``penalty`` (HF's RepetitionPenaltyLogitsProcessor)."""
+    if penalty == 1.0:
+        return logits
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits ``[B, V]`` (ties with the k-th kept); the rest -> -inf."""
+    k = min(k, logits.shape[-1])
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # [B, 1]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability sums to >= ``p`` (at
+    least one token); the rest of ``[B, V]`` -> -inf."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # [B, V] mass of the more likely tokens
+    drop_sorted = mass_before >= p
+    drop_sorted[..., 0] = False
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Drop tokens of ``[B, V]`` whose probability is < ``min_p`` x the top probability."""
+    probs = logits.softmax(dim=-1)
+    threshold = min_p * probs.max(dim=-1, keepdim=True).values  # [B, 1]
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def process_logits(
+    logits: torch.Tensor, config: SamplingConfig, seen: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Next-token logits ``[B, V]`` -> processed float32 logits ``[B, V]``: repetition penalty
+    (needs ``seen``, bool ``[B, V]``), then temperature, top-k, top-p, min-p."""
+    logits = logits.float()
+    if seen is not None:
+        logits = apply_repetition_penalty(logits, seen, config.repetition_penalty)
+    if config.is_greedy:
+        return logits  # the filters below never remove the argmax
+    if config.temperature != 1.0:
+        logits = logits / config.temperature
+    if config.top_k is not None:
+        logits = apply_top_k(logits, config.top_k)
+    if config.top_p is not None:
+        logits = apply_top_p(logits, config.top_p)
+    if config.min_p is not None:
+        logits = apply_min_p(logits, config.min_p)
+    return logits
+
+
+class Sampler:
+    """``sampler(logits [B, V]) -> tokens [B]``. Draws from its own ``torch.Generator`` (the
+    global RNG is never touched) and tracks which tokens each sequence holds, for the
+    repetition penalty: the prompt at construction, then every token it returns."""
+
+    def __init__(
+        self,
+        config: SamplingConfig,
+        prompt_ids: torch.Tensor,
+        vocab_size: int,
+        seed: int | None = None,
+    ) -> None:
+        self.config = config
+        self.generator = torch.Generator(device=prompt_ids.device)
+        if seed is None:
+            self.generator.seed()  # non-deterministic, and local to this generator
+        else:
+            self.generator.manual_seed(seed)
+        seen = torch.zeros(
+            prompt_ids.shape[0], vocab_size, dtype=torch.bool, device=prompt_ids.device
+        )
+        self.seen = seen.scatter_(1, prompt_ids.long(), True)  # [B, V]
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = process_logits(logits, self.config, self.seen)
+        if self.config.is_greedy:
+            tokens = logits.argmax(dim=-1)
+        else:
+            probs = logits.softmax(dim=-1)
+            tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        self.seen.scatter_(1, tokens[:, None], True)
+        return tokens  # [B]
+
+
+@torch.no_grad()
+def prefill(
+    model: LanguageModel, prompt_ids: torch.Tensor, state: ModelState | None = None
+) -> tuple[torch.Tensor, ModelState]:
+    """One call over the whole prompt ``[B, T]`` (the model chunks it internally); returns the
+    last position's logits ``[B, V]`` and the stream state after the prompt."""
+    _check_prompt(prompt_ids)
+    logits, state = model(prompt_ids, state)
+    return logits[:, -1], state
+
+
+@torch.no_grad()
+def decode_one_token(
+    model: LanguageModel,
+    token: torch.Tensor,
+    state: ModelState,
+    sampler: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, ModelState]:
+    """Feed ``token`` ``[B]`` (or ``[B, 1]``) through the stream; ``sampler`` maps logits
+    ``[B, V]`` to tokens ``[B]``. Returns the next token ``[B]``, its logits ``[B, V]`` and the
+    advanced state."""
+    logits, state = model(token.reshape(-1, 1), state)
+    logits = logits[:, -1]
+    return sampler(logits), logits, state
+
+
+@torch.no_grad()
+def generate(
+    model: LanguageModel,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    seed: int | None = None,
+    stop_tokens: Sequence[int] = (),
+    greedy: bool = False,
+    pad_token: int | None = None,
+) -> torch.Tensor:
+    """Continue ``prompt_ids`` ``[B, T]``; returns int64 ``[B, T + n]``, n <= max_new_tokens.
+
+    A sample that emits one of ``stop_tokens`` is finished: its later positions hold
+    ``pad_token``, or that stop token if None. Generation ends early (n < max_new_tokens)
+    once every sample is finished. Same ``seed`` -> same tokens.
+    """
+    config = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, greedy)
+    _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token)
+    prompt_ids = prompt_ids.long()
+    if max_new_tokens == 0:
+        return prompt_ids.clone()
+    sampler = Sampler(config, prompt_ids, model.config.vocab_size, seed)
+    stops = torch.tensor(list(stop_tokens), dtype=torch.long, device=prompt_ids.device)
+    last_logits, state = prefill(model, prompt_ids)
+    token = sampler(last_logits)
+    fill = torch.full_like(token, -1)  # [B] token that finished samples repeat; -1: running
+    new_tokens = []
+    for step in range(max_new_tokens):
+        token = torch.where(fill >= 0, fill, token)
+        new_tokens.append(token)
+        fill = _mark_finished(token, fill, stops, pad_token)
+        if step == max_new_tokens - 1 or (len(stops) and bool((fill >= 0).all())):
+            break
+        token, _, state = decode_one_token(model, token, state, sampler)
+    return torch.cat([prompt_ids, torch.stack(new_tokens, dim=1)], dim=1)
+
+
+def _mark_finished(
+    token: torch.Tensor, fill: torch.Tensor, stops: torch.Tensor, pad_token: int | None
+) -> torch.Tensor:
+    """Samples ``[B]`` that just emitted a stop token get their fill token (pad or that stop)."""
+    just_stopped = (fill < 0) & torch.isin(token, stops)
+    return torch.where(just_stopped, token if pad_token is None else pad_token, fill)
+
+
+def _check_prompt(prompt_ids: torch.Tensor) -> None:
+    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.ndim != 2:
+        raise ValueError("prompt_ids must be a [B, T] tensor of token ids")
+    if prompt_ids.dtype not in _INTEGER_DTYPES:
+        raise ValueError(f"prompt_ids must be integer token ids, got {prompt_ids.dtype}")
+    if prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
+        raise ValueError(
+            f"prompt_ids must hold >= 1 token per sample, got {tuple(prompt_ids.shape)}"
+        )
+
+
+def _check_generate_args(
+    model: LanguageModel,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    stop_tokens: Sequence[int],
+    pad_token: int | None,
+) -> None:
+    _check_prompt(prompt_ids)
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    vocab = model.config.vocab_size
+    if prompt_ids.min() < 0 or prompt_ids.max() >= vocab:
+        raise ValueError(f"prompt_ids must lie in [0, {vocab})")
+    if any(not 0 <= int(t) < vocab for t in stop_tokens):
+        raise ValueError(f"stop_tokens must lie in [0, {vocab}), got {list(stop_tokens)}")
+    if pad_token is not None and not 0 <= pad_token < vocab:
+        raise ValueError(f"pad_token must lie in [0, {vocab}), got {pad_token}")

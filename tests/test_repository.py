@@ -1,0 +1,74 @@
+"""The repository keeps its promises: README quickstart == CI command, public API pinned."""
+
+import re
+from pathlib import Path
+
+import titans_atlas as ta
+import titans_atlas.ops as ops
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quickstart_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+
+
+def test_readme_has_two_quickstart_commands_and_ci_runs_the_test_one():
+    commands = quickstart_commands()
+    assert len(commands) == 2, commands
+    assert "titans_atlas.demo" in commands[0]
+    assert "pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1] in ci, "the CI script must run the README test command verbatim"
+
+
+def test_public_api_is_pinned():
+    assert sorted(ta.__all__) == sorted(
+        [
+            "SIZE_PRESETS",
+            "CheckpointError",
+            "GatedMLPMemory",
+            "LanguageModel",
+            "LinearMemory",
+            "MLPMemory",
+            "MemoryConfig",
+            "MemoryState",
+            "ModelConfig",
+            "ModelState",
+            "NeuralMemory",
+            "create_model",
+            "list_models",
+            "load_model",
+            "memory_scan",
+            "model_config",
+        ]
+    )
+    for name in ("memory_scan", "LinearMemory", "MLPMemory", "GatedMLPMemory"):
+        assert name in ops.__all__
+    assert all(hasattr(ta, name) for name in ta.__all__)
+
+
+def test_registered_models_are_the_spec_list():
+    required = {
+        "mac",
+        "mag",
+        "mal",
+        "lmm",
+        "atlas",
+        "atlas-mag",
+        "atlas-mal",
+        "omeganet",
+        "atlas++",
+        "swa",
+        "transformer",
+    }
+    assert required <= set(ta.list_models())
+
+
+def test_no_todo_without_an_issue():
+    for path in (ROOT / "src").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if "TODO" in line:
+                assert re.search(r"TODO\(#\d+\)", line), f"{path}: {line.strip()}"
