@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
+from .chunk_update import decayed_rank_update
 from .coefficients import (
     Gates,
     MuonCoefficients,
@@ -68,28 +69,41 @@ def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) ->
     )
 
 
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """``[B, H, ...rows, cols]`` -> ``[B*H, rows, cols]`` (a view) for the fused BLAS calls."""
+    return x.reshape(-1, *x.shape[-2:])
+
+
 def _plain_chunk(memory: MemoryModel, coef: PlainCoefficients, base, weights, momentum, q, k, v):
-    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``."""
+    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``.
+
+    Scalars ride on the small operands and products accumulate in place (``baddbmm_``), so
+    the large weight matrices are read once per product and never pass through elementwise ops.
+    """
     factors = memory.grad_factors(base, k, v)
 
-    def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # x W_i for each row i
+    def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # row i: x_i W_i, by eq. (4)
         a, b = factors[name]
-        start = coef.read_decay[..., None] * (x @ weights[name])
-        start = start + coef.read_momentum[..., None] * (x @ momentum[name])
-        return start - ((x @ a.transpose(-1, -2)) * coef.read_grad) @ b
+        scores = (x @ a.transpose(-1, -2)) * coef.read_grad  # [B, H, C, U]
+        out = torch.bmm(_flat(coef.read_decay[..., None] * x), _flat(weights[name]))
+        out.baddbmm_(_flat(coef.read_momentum[..., None] * x), _flat(momentum[name]))
+        out.baddbmm_(_flat(scores), _flat(b), alpha=-1.0)
+        return out.view(*x.shape[:-1], out.shape[-1])
 
     y = memory.forward_with(linear, q)
     new_weights, new_momentum = {}, {}
+    scalars = [
+        x.reshape(-1, 1, 1) for x in (coef.end_decay, coef.end_momentum, coef.momentum_decay)
+    ]
     for name, (a, b) in factors.items():
-        at = a.transpose(-1, -2)
-        new_weights[name] = (
-            coef.end_decay[..., None, None] * weights[name]
-            + coef.end_momentum[..., None, None] * momentum[name]
-            - at @ (coef.end_grad[..., None] * b)
-        )
-        new_momentum[name] = coef.momentum_decay[..., None, None] * momentum[name] - at @ (
-            coef.momentum_grad[..., None] * b
-        )
+        shape = weights[name].shape
+        new_weights[name], new_momentum[name] = (
+            x.view(shape)
+            for x in decayed_rank_update(
+                _flat(weights[name]), _flat(momentum[name]), *scalars, _flat(a.transpose(-1, -2)),
+                _flat(coef.end_grad[..., None] * b), _flat(coef.momentum_grad[..., None] * b),
+            )
+        )  # fmt: skip
     return y, new_weights, new_momentum
 
 
@@ -119,9 +133,30 @@ def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, mome
     return y, new_weights, new_momentum
 
 
-def _select(coef, n: int):
-    """Chunk n's slice of every coefficient ``[B, H, N, ...]``."""
-    return type(coef)(**{f: getattr(coef, f)[:, :, n] for f in coef.__dataclass_fields__})
+def _split_chunks(coef) -> list:
+    """Per-chunk coefficients from ``[B, H, N, ...]`` fields. ``unbind`` rather than indexing:
+    indexing chunk n makes its backward write a zero-filled ``[.., N, ..]`` gradient per chunk,
+    O(N^2) in all; unbind's backward stacks once."""
+    names = list(coef.__dataclass_fields__)
+    per_field = [getattr(coef, name).unbind(2) for name in names]
+    return [type(coef)(**dict(zip(names, values))) for values in zip(*per_field)]
+
+
+def _run_chunks(step, memory, coefs, q_grid, k_cols, v_cols, state, checkpoint):
+    """The sequential loop: chunk n's base weights are the weights chunk n - 1 left."""
+    weights, mom, base = state.weights, state.momentum, state.chunk_base()
+    inputs = zip(_split_chunks(coefs), q_grid.unbind(2), k_cols.unbind(2), v_cols.unbind(2))
+    outputs = []
+    for n, (coef, q, k, v) in enumerate(inputs):
+        if n > 0:
+            base = weights
+        args = (memory, coef, base, weights, mom, q, k, v)
+        if checkpoint and torch.is_grad_enabled():
+            y, weights, mom = activation_checkpoint(step, *args, use_reentrant=False)
+        else:
+            y, weights, mom = step(*args)
+        outputs.append(y)
+    return torch.cat(outputs, dim=2), weights, mom, base
 
 
 def memory_scan_chunk(
@@ -158,28 +193,10 @@ def memory_scan_chunk(
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
 
-    weights, mom = state.weights, state.momentum
-    base = state.chunk_base()
-    outputs = []
-    for n in range(num_chunks):
-        if n > 0:
-            base = weights
-        args = (
-            memory,
-            _select(coefs, n),
-            base,
-            weights,
-            mom,
-            q_grid[:, :, n],
-            k_cols[:, :, n],
-            v_cols[:, :, n],
-        )
-        if checkpoint and torch.is_grad_enabled():
-            y, weights, mom = activation_checkpoint(step, *args, use_reentrant=False)
-        else:
-            y, weights, mom = step(*args)
-        outputs.append(y)
-    y = torch.cat(outputs, dim=2)[:, :, left : left + length]  # [B, H, T, Dv]
+    y, weights, mom, base = _run_chunks(
+        step, memory, coefs, q_grid, k_cols, v_cols, state, checkpoint
+    )
+    y = y[:, :, left : left + length]  # [B, H, T, Dv]
 
     end = state.position + length
     new_state = MemoryState(
