@@ -166,7 +166,7 @@ def prefill(
     """One call over the whole prompt ``[B, T]`` (the model chunks it internally); returns the
     last position's logits ``[B, V]`` and the stream state after the prompt."""
     _check_prompt(prompt_ids)
-    logits, state = model(prompt_ids, state)
+    logits, state = model(prompt_ids, state, last_only=True)
     return logits[:, -1], state
 
 
@@ -207,7 +207,14 @@ def generate(
     ``pad_token``, or that stop token if None. Generation ends early (n < max_new_tokens)
     once every sample is finished. Same ``seed`` -> same tokens.
     """
-    config = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, greedy)
+    config = SamplingConfig(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+        greedy=greedy,
+    )
     _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token)
     prompt_ids = prompt_ids.long()
     if max_new_tokens == 0:

@@ -66,8 +66,10 @@ class LanguageModel(nn.Module):
             nn.init.normal_(self.head.weight, std=0.02)
 
     def forward(
-        self, input_ids: torch.Tensor, state: ModelState | None = None
+        self, input_ids: torch.Tensor, state: ModelState | None = None, *, last_only: bool = False
     ) -> tuple[torch.Tensor, ModelState]:
+        """``last_only=True`` returns only the last position's logits ``[B, 1, V]`` (a long
+        prompt's prefill need not hold T x V logits)."""
         self._check(input_ids, state)
         if state is None:
             state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0])
@@ -78,7 +80,7 @@ class LanguageModel(nn.Module):
         for block, block_state in zip(self.blocks, state.blocks):
             x, block_state = block(x, block_state, state.position)
             block_states.append(block_state)
-        logits = self.head(self.norm(x))
+        logits = self.head(self.norm(x[:, -1:] if last_only else x))
         return logits, ModelState(
             state.position + input_ids.shape[1], block_states, input_ids.shape[0]
         )

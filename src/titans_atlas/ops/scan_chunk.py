@@ -32,7 +32,7 @@ from .coefficients import (
 )
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5
-from .state import MemoryState
+from .state import MemoryState, last_tokens
 
 
 def _to_grid(x: torch.Tensor, left: int, right: int, size: int) -> torch.Tensor:
@@ -117,7 +117,7 @@ def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, mome
         rows = rearrange(weighted @ b, "b h (m d) e -> b h m d e", d=a.shape[-1])
         rows = rows + coef.rows_momentum[..., None, None] * momentum[name].unsqueeze(2)
         orthogonal[name] = newton_schulz5(rows)  # [B, H, M, d, e]
-        new_momentum[name] = rows[:, :, -1]
+        new_momentum[name] = rows[:, :, -1].clone()  # a view would pin all C rows
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:
         through_updates = x.unsqueeze(2) @ orthogonal[name]  # [B, H, M, C, e]: x_i NS5(S_m)
@@ -204,8 +204,8 @@ def memory_scan_chunk(
         momentum=mom,
         base=base if end % size else None,
         position=end,
-        halo_keys=torch.cat([halo_k, k], dim=2)[:, :, length:] if window > 1 else None,
-        halo_values=torch.cat([halo_v, v], dim=2)[:, :, length:] if window > 1 else None,
+        halo_keys=last_tokens(halo_k, k, window),
+        halo_values=last_tokens(halo_v, v, window),
         chunk_size=size,
         omega_window=window,
     )

@@ -12,7 +12,7 @@ from einops import rearrange
 
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
-from .state import MemoryState
+from .state import MemoryState, last_tokens
 
 
 def memory_scan_reference(
@@ -76,8 +76,8 @@ def memory_scan_reference(
         momentum=mom,
         base=base if end % size else None,
         position=end,
-        halo_keys=keys[:, :, length:] if window > 1 else None,
-        halo_values=values[:, :, length:] if window > 1 else None,
+        halo_keys=last_tokens(state.halo_keys, k, window),
+        halo_values=last_tokens(state.halo_values, v, window),
         chunk_size=size,
         omega_window=window,
     )

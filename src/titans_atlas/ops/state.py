@@ -68,3 +68,11 @@ class MemoryState:
     def detach(self) -> MemoryState:
         """Cut the autograd graph (truncated backpropagation through time)."""
         return self.map_tensors(torch.Tensor.detach)
+
+
+def last_tokens(halo: torch.Tensor, x: torch.Tensor, window: int) -> torch.Tensor | None:
+    """The Omega halo after ``x`` ``[B, H, T, D]``: the last c - 1 tokens of halo ++ x, copied
+    so the state does not pin the whole input (None when there is no window)."""
+    if window == 1:
+        return None
+    return torch.cat([halo, x], dim=2)[:, :, x.shape[2] :].clone()

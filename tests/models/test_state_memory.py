@@ -1,0 +1,50 @@
+"""A stream's state holds O(window + chunk) memory: no tensor in it pins a prompt-length
+buffer (a slice of the input would keep the whole input alive), and ``last_only`` prefill
+logits match the full forward."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import titans_atlas as ta
+
+TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
+
+
+def tensors_in(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif dataclasses.is_dataclass(obj):
+        for field in dataclasses.fields(obj):
+            yield from tensors_in(getattr(obj, field.name))
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from tensors_in(value)
+    elif isinstance(obj, list | tuple):
+        for value in obj:
+            yield from tensors_in(value)
+
+
+@pytest.mark.parametrize("name", ta.list_models())
+def test_state_tensors_own_only_their_own_memory(name):
+    torch.manual_seed(0)
+    model = ta.create_model(name, **TINY)
+    with torch.no_grad():
+        _, state = model(torch.randint(0, 50, (2, 40)))
+    for tensor in tensors_in(state):
+        assert tensor.untyped_storage().nbytes() <= tensor.numel() * tensor.element_size(), (
+            f"a {list(tensor.shape)} state tensor pins {tensor.untyped_storage().nbytes()} bytes"
+        )
+
+
+@pytest.mark.parametrize("name", ["mac", "atlas", "swa"])
+def test_last_only_logits_equal_the_last_row_of_the_full_forward(name):
+    torch.manual_seed(0)
+    model = ta.create_model(name, **TINY)
+    ids = torch.randint(0, 50, (2, 11))
+    full, state_full = model(ids)
+    last, state_last = model(ids, last_only=True)
+    assert last.shape == (2, 1, 50)
+    assert torch.allclose(last[:, 0], full[:, -1], rtol=0, atol=1e-6)  # BLAS row blocking
+    assert state_last.position == state_full.position == 11
