@@ -46,17 +46,16 @@ def newton_schulz5_reference(x: torch.Tensor, steps: int = 5, eps: float = 1e-7)
     return x.transpose(-1, -2) if tall else x
 
 
-def _iterate(x: torch.Tensor, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The iterates X_0..X_steps of ``x`` ``[batch, m, n]`` with the Gram matrix of each."""
+def _iterate(x: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+    """X_steps of ``x`` ``[batch, m, n]`` and per step (X_k, G_k = X_k X_k^T, b G_k + c G_k^2)."""
     a, b, c = NS5_COEFFICIENTS
     iterates = []
     for _ in range(steps):
         gram = torch.bmm(x, x.transpose(-1, -2))
-        iterates.append((x, gram))
         poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A A
+        iterates.append((x, gram, poly))
         x = torch.baddbmm(x, poly, x, beta=a)  # a X + (b A + c A A) X
-    iterates.append((x, None))
-    return iterates
+    return x, iterates
 
 
 class _NewtonSchulz5(torch.autograd.Function):
@@ -67,25 +66,28 @@ class _NewtonSchulz5(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, steps: int, eps: float) -> torch.Tensor:
         norm = safe_frobenius_norm(x)
-        iterates = _iterate(x / (norm + eps), steps)
-        ctx.save_for_backward(x, norm, *[t for pair in iterates[:-1] for t in pair])
+        out, iterates = _iterate(x / (norm + eps), steps)
+        ctx.save_for_backward(x, norm, *[t for step in iterates for t in step])
         ctx.eps = eps
-        return iterates[-1][0]
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
         # Step Y = a X + P X with P = b G + c G^2, G = X X^T (G and P symmetric):
-        #   dX = a dY + P dY + (dG + dG^T) X,  dP = dY X^T,  dG = b dP + c (dP G + G dP)
+        #   dX = a dY + P dY + (dG + dG^T) X,  dP = dY X^T,  dG = b dP + c (dP G + G dP).
+        # With Q = dP + dP^T (symmetric): dG + dG^T = b Q + c (Q G + (Q G)^T): one m^3 product.
         a, b, c = NS5_COEFFICIENTS
         x, norm, *saved = ctx.saved_tensors
-        for x_k, gram in reversed(list(zip(saved[0::2], saved[1::2]))):
-            poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        steps = [saved[i : i + 3] for i in range(0, len(saved), 3)]
+        for x_k, gram, poly in reversed(steps):
             d_poly = torch.bmm(grad, x_k.transpose(-1, -2))
-            d_gram = torch.baddbmm(torch.bmm(gram, d_poly), d_poly, gram, beta=c, alpha=c)
-            d_gram = d_gram + b * d_poly
+            sym = d_poly + d_poly.transpose(-1, -2)
+            mixed = torch.bmm(sym, gram)
+            d_gram_sym = torch.add(mixed, mixed.transpose(-1, -2), alpha=1.0).mul_(c)
+            d_gram_sym.add_(sym, alpha=b)
             grad = torch.baddbmm(grad, poly, grad, beta=a)
-            grad = torch.baddbmm(grad, d_gram + d_gram.transpose(-1, -2), x_k)
+            grad = torch.baddbmm(grad, d_gram_sym, x_k)
         # X_0 = x s with s = 1 / (||x|| + eps): dx = s dX_0 - s^2 <dX_0, x> / ||x|| x (0 at x = 0)
         scale = 1.0 / (norm + ctx.eps)
         inner = (grad * x).sum(dim=(-2, -1), keepdim=True)

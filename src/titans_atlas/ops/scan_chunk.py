@@ -108,28 +108,41 @@ def _plain_chunk(memory: MemoryModel, coef: PlainCoefficients, base, weights, mo
 
 
 def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, momentum, q, k, v):
-    """One chunk of Muon momentum; materialises this chunk's M momenta ``[B, H, M, d, e]``."""
+    """One chunk of Muon momentum; materialises this chunk's M momenta ``[B, H, M, m, n]``.
+
+    Each weight is handled in its wide orientation (m = min(d_in, d_out) rows), where NS5
+    works, so tall weights (d_in > d_out) never pass a transposed copy of their momenta around:
+    the rank-1 factors swap roles and reads multiply by the transposed wide matrix.
+    """
     factors = memory.grad_factors(base, k, v)
-    orthogonal, new_momentum = {}, {}
+    orthogonal, new_momentum, tall = {}, {}, {}
     for name, (a, b) in factors.items():
-        # S_m = rows_momentum_m S0 + sum_u rows_grad_mu a_u^T b_u: one matmul over (m, d) x u
-        weighted = rearrange(coef.rows_grad[..., None] * a[:, :, None], "b h m u d -> b h (m d) u")
-        rows = rearrange(weighted @ b, "b h (m d) e -> b h m d e", d=a.shape[-1])
-        rows = rows + coef.rows_momentum[..., None, None] * momentum[name].unsqueeze(2)
-        orthogonal[name] = newton_schulz5(rows)  # [B, H, M, d, e]
-        new_momentum[name] = rows[:, :, -1].clone()  # a view would pin all C rows
+        tall[name] = a.shape[-1] > b.shape[-1]
+        left, right = (b, a) if tall[name] else (a, b)
+        start = momentum[name].transpose(-1, -2) if tall[name] else momentum[name]
+        # S_m = rows_momentum_m S0 + sum_u rows_grad_mu left_u^T right_u: one matmul over (m, r)
+        weighted = rearrange(
+            coef.rows_grad[..., None] * left[:, :, None], "b h m u r -> b h (m r) u"
+        )
+        rows = rearrange(weighted @ right, "b h (m r) c -> b h m r c", r=left.shape[-1])
+        rows = rows + coef.rows_momentum[..., None, None] * start.unsqueeze(2)
+        orthogonal[name] = newton_schulz5(rows)  # wide: [B, H, M, m, n]
+        last = rows[:, :, -1]
+        new_momentum[name] = (last.transpose(-1, -2) if tall[name] else last).contiguous()
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:
-        through_updates = x.unsqueeze(2) @ orthogonal[name]  # [B, H, M, C, e]: x_i NS5(S_m)
-        update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through_updates)
+        wide = orthogonal[name]
+        # x_i NS5(S_m) for every row i and momentum m: [B, H, M, C, d_out]
+        through = x.unsqueeze(2) @ (wide.transpose(-1, -2) if tall[name] else wide)
+        update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through)
         return coef.read_decay[..., None] * (x @ weights[name]) - update
 
     y = memory.forward_with(linear, q)
-    new_weights = {
-        name: coef.end_decay[..., None, None] * weights[name]
-        - torch.einsum("bhm,bhmde->bhde", coef.end_update, orthogonal[name])
-        for name in factors
-    }
+    new_weights = {}
+    for name in factors:
+        step = torch.einsum("bhm,bhmrc->bhrc", coef.end_update, orthogonal[name])
+        step = step.transpose(-1, -2) if tall[name] else step
+        new_weights[name] = coef.end_decay[..., None, None] * weights[name] - step
     return y, new_weights, new_momentum
 
 

@@ -1,0 +1,262 @@
+"""Benchmark ``memory_scan``: tokens/s, peak memory and fraction of the matmul peak.
+
+    python benchmarks/memory_scan.py                 # everything, 2 threads, fp32
+    python benchmarks/memory_scan.py --only titans   # or: atlas, auto
+
+Configurations (issues 2 and 3):
+* titans: dim 384, one head, MLP memory 384 -> 1536 -> 384 (GELU), chunk 64, 2048 tokens,
+  batch 1, against the per-token reference and against lucidrains' titans-pytorch 0.5.5 run
+  from its own virtual environment (``benchmarks/external/setup_titans_pytorch.sh``).
+* atlas: residual MLP memory 64 -> 256 -> 64 per head, 4 heads, 512 tokens, chunk 8, Omega
+  window 8, per-token Muon (forward+backward with per-chunk activation checkpointing).
+* auto: one decoding step (T = 1) and short calls through each form, to place ``impl="auto"``.
+
+FLOPs are counted with torch's FlopCounterMode over the actual forward (and backward) matmuls,
+so "fraction of peak" = counted FLOP/s / the fp32 matmul peak measured in the same run.
+Peak memory: RSS growth during one call in a fresh subprocess (see ``_harness.py``).
+Results print as markdown and are written to ``benchmarks/results/memory_scan.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness
+from titans_atlas.ops import MLPMemory, memory_scan
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTERNAL_PYTHON = ROOT.parent / "venvs" / "titans-pytorch" / "bin" / "python"
+CONFIGS = {
+    "titans": dict(
+        dim=384,
+        heads=1,
+        expansion=4,
+        residual=False,
+        chunk=64,
+        tokens=2048,
+        window=1,
+        muon=False,
+        checkpoint=False,
+    ),
+    "atlas": dict(
+        dim=64,
+        heads=4,
+        expansion=4,
+        residual=True,
+        chunk=8,
+        tokens=512,
+        window=8,
+        muon=True,
+        checkpoint=True,
+    ),
+}
+# atlas-torch at the atlas geometry, as measured on this kind of machine (issue 3); it
+# materialises every token's weights for the whole sequence.
+ATLAS_TORCH_ANCHOR = {"fwd": 20.0, "fwdbwd": 6.0, "fwdbwd_peak_gb": 9.3}
+
+
+def build_step(config: dict, mode: str, impl: str = "chunk", tokens: int | None = None):
+    """Inputs as the memory layer feeds them; returns a zero-argument step for ``mode``."""
+    torch.manual_seed(0)
+    c, length = config, tokens or config["tokens"]
+    memory = MLPMemory(c["dim"], c["dim"], expansion=c["expansion"], residual=c["residual"])
+    weights = {
+        n: w.requires_grad_(mode == "fwdbwd") for n, w in memory.init_weights(c["heads"]).items()
+    }
+    shape = (1, length, c["heads"])
+    q, k = (F.normalize(torch.randn(*shape, c["dim"]), dim=-1) for _ in range(2))
+    v = torch.randn(*shape, c["dim"])
+    gates = [0.1 * torch.rand(shape), 0.9 * torch.rand(shape), 0.01 * torch.rand(shape)]
+    omega = torch.rand(*shape, c["window"]) if c["window"] > 1 else None
+    leaves = [q, k, v, *gates] + ([omega] if omega is not None else [])
+    kwargs = dict(
+        chunk_size=c["chunk"],
+        omega_window=c["window"],
+        omega_gate=omega,
+        muon=c["muon"],
+        impl=impl,
+        checkpoint=c["checkpoint"],
+    )
+
+    def run():
+        state = memory.initial_state(weights, 1)
+        return memory_scan(memory, q, k, v, *gates, state, **kwargs)
+
+    if mode == "fwd":
+        return lambda: _no_grad(run)
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+
+    def step():
+        y, state = run()
+        (y.sum() + sum(w.sum() for w in state.weights.values())).backward()
+        for tensor in [*leaves, *weights.values()]:
+            tensor.grad = None
+
+    return step
+
+
+def _no_grad(fn):
+    with torch.no_grad():
+        return fn()
+
+
+def _batched_matmul_flops(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
+    return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
+
+
+def counted_flops(step) -> int:
+    """Matmul FLOPs of one call (torch's counter does not know the in-place ``baddbmm_``)."""
+    extra = {torch.ops.aten.baddbmm_: _batched_matmul_flops}
+    with FlopCounterMode(display=False, custom_mapping=extra) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+def measure(config: dict, mode: str, impl: str, repeats: int, threads: int, tokens=None):
+    step = build_step(config, mode, impl, tokens)
+    timing = _harness.time_callable(step, warmup=1, repeats=repeats)
+    flops = counted_flops(step)
+    memory = _harness.peak_memory(build_step, config, mode, impl, tokens, threads=threads)
+    length = tokens or config["tokens"]
+    return {
+        "impl": f"titans-atlas {impl}",
+        "mode": mode,
+        "tokens": length,
+        "tokens_per_s": length / timing.median_s,
+        "median_s": timing.median_s,
+        "times_s": timing.times_s,
+        "other_cpu_s": timing.other_cpu_s,
+        "gflop_per_s": flops / timing.median_s / 1e9,
+        "peak_mem_bytes": memory["peak_bytes"],
+    }
+
+
+def measure_titans_pytorch(mode: str, repeats: int, threads: int, default: bool) -> dict | None:
+    """``default``: the library's batch_size=None (every gradient at the sequence-start
+    weights); otherwise batch_size = chunk (weights advance per chunk, as Titans)."""
+    if not EXTERNAL_PYTHON.exists():
+        print(
+            f"  (skipping titans-pytorch: {EXTERNAL_PYTHON} missing; run "
+            "benchmarks/external/setup_titans_pytorch.sh)"
+        )
+        return None
+    script = ROOT / "benchmarks" / "external" / "titans_pytorch_memory.py"
+    args = [
+        "--tokens",
+        "2048",
+        "--mode",
+        mode,
+        "--repeats",
+        str(repeats),
+        "--threads",
+        str(threads),
+    ]
+    args += ["--ttt-batch-size", "0"] if default else []
+    out = subprocess.run(
+        [str(EXTERNAL_PYTHON), str(script), *args], check=True, capture_output=True, text=True
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    variant = "default (batch_size=None)" if default else "batch_size=64"
+    result["impl"] = f"titans-pytorch {result['version']} {variant}"
+    return result
+
+
+def table(rows: list[dict], peak: float) -> str:
+    lines = [
+        "| impl | mode | tokens | tokens/s | GFLOP/s | % of peak | peak memory (MB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        gf = r.get("gflop_per_s")
+        rate = "| |" if gf is None else f"| {gf:.1f} | {100 * gf / peak:.0f}% |"
+        lines.append(
+            f"| {r['impl']} | {r['mode']} | {r['tokens']} | {r['tokens_per_s']:,.1f} {rate} "
+            f"{r['peak_mem_bytes'] / 2**20:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def run_titans(args, peak: float) -> list[dict]:
+    config, rows = CONFIGS["titans"], []
+    for mode in ("fwd", "fwdbwd"):
+        ours = measure(config, mode, "chunk", args.repeats, args.threads)
+        reference = measure(config, mode, "reference", 1, args.threads, tokens=256)
+        rows += [ours, reference]
+        for default in (True, False):
+            theirs = measure_titans_pytorch(mode, args.repeats, args.threads, default)
+            if theirs:
+                rows.append(theirs)
+                print(
+                    f"  {mode}: {ours['tokens_per_s'] / theirs['tokens_per_s']:.1f}x the tokens/s "
+                    f"and {ours['peak_mem_bytes'] / theirs['peak_mem_bytes']:.2f}x the peak memory "
+                    f"of {theirs['impl']}"
+                )
+    print(table(rows, peak))
+    return rows
+
+
+def run_atlas(args, peak: float) -> list[dict]:
+    rows = [
+        measure(CONFIGS["atlas"], mode, "chunk", args.repeats, args.threads)
+        for mode in ("fwd", "fwdbwd")
+    ]
+    print(table(rows, peak))
+    for row in rows:
+        ratio = row["tokens_per_s"] / ATLAS_TORCH_ANCHOR[row["mode"]]
+        print(
+            f"  {row['mode']}: {ratio:.0f}x the atlas-torch anchor "
+            f"({ATLAS_TORCH_ANCHOR[row['mode']]} tokens/s)"
+        )
+    return rows
+
+
+def run_auto(args) -> list[dict]:
+    """Time short calls (decoding is T = 1) through each form."""
+    rows = []
+    for tokens in (1, 2, 4, 16):
+        times = {}
+        for impl in ("reference", "chunk"):
+            step = build_step(CONFIGS["titans"], "fwd", impl, tokens)
+            times[impl] = _harness.time_callable(step, warmup=2, repeats=15).median_s
+        rows.append({"tokens": tokens, **{f"{k}_ms": 1e3 * v for k, v in times.items()}})
+        print(
+            f"  T={tokens:3d}: reference {1e3 * times['reference']:.2f} ms, "
+            f"chunk {1e3 * times['chunk']:.2f} ms"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("titans", "atlas", "auto"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    _harness.set_threads(args.threads)
+    peak = _harness.matmul_peak_gflops(2048)
+    print(f"fp32 matmul peak, {args.threads} threads: {peak:.1f} GFLOP/s (2048^3, median of 5)")
+    results = {"threads": args.threads, "matmul_peak_gflops": peak, "torch": torch.__version__}
+    for name, run in (("titans", run_titans), ("atlas", run_atlas)):
+        if args.only in (None, name):
+            print(f"\n## {name}")
+            results[name] = run(args, peak)
+    if args.only in (None, "auto"):
+        print("\n## auto: short calls, fwd")
+        results["auto"] = run_auto(args)
+    out = ROOT / "benchmarks" / "results" / "memory_scan.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
