@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import gc
 import multiprocessing as mp
+import os
 import resource
 import statistics
 import time
@@ -31,10 +32,16 @@ _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter id
 
 @dataclass
 class Timing:
-    """Wall-clock times of repeated calls, in seconds."""
+    """Wall-clock times of repeated calls, in seconds.
+
+    ``other_cpu_s``: CPU seconds used meanwhile by other processes (and hypervisor steal).
+    On a shared 2-core box one busy neighbour can slow 2-thread OpenMP calls 10-50x (threads
+    spin-wait for a descheduled peer): discard runs where it is not near 0.
+    """
 
     median_s: float
     times_s: list[float]
+    other_cpu_s: float
 
 
 def set_threads(n: int) -> None:
@@ -44,16 +51,25 @@ def set_threads(n: int) -> None:
         torch.set_num_interop_threads(n)
 
 
+def machine_busy_cpu_s() -> float:
+    """Non-idle CPU seconds (incl. steal) of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> Timing:
     """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed with perf_counter."""
     for _ in range(warmup):
         fn()
     times = []
+    busy0, own0 = machine_busy_cpu_s(), time.process_time()
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return Timing(statistics.median(times), times)
+    other = machine_busy_cpu_s() - busy0 - (time.process_time() - own0)
+    return Timing(statistics.median(times), times, max(other, 0.0))
 
 
 def _proc_status_bytes(key: str) -> int:
@@ -93,14 +109,9 @@ def _memory_child(
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         method = "ru_maxrss, not reset (may include setup and warmup peaks)"
-    conn.send(
-        {
-            "peak_bytes": max(peak - baseline, 0),
-            "baseline_rss_bytes": baseline,
-            "peak_rss_bytes": peak,
-            "method": method,
-        }
-    )
+    result = {"peak_bytes": max(peak - baseline, 0), "baseline_rss_bytes": baseline}
+    result.update(peak_rss_bytes=peak, method=method)
+    conn.send(result)
     conn.close()
 
 
@@ -120,10 +131,9 @@ def peak_memory(
     try:
         result = parent.recv()
     except EOFError:
-        result = None
+        proc.join()
+        raise RuntimeError(f"memory child died (exit code {proc.exitcode})") from None
     proc.join()
-    if result is None:
-        raise RuntimeError(f"memory child failed (exit code {proc.exitcode})")
     return result
 
 
@@ -137,13 +147,10 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 5, threads: int | None = No
     return 2 * n**3 / timing.median_s / 1e9
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python _harness.py [N]: matmul peak with 1 and 2 threads
     import json
     import sys
 
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
-    report = {"torch": torch.__version__, "n": size}
-    for t in (1, 2):
-        torch.set_num_threads(t)
-        report[f"matmul_fp32_gflops_{t}thread"] = round(matmul_peak_gflops(size), 1)
-    print(json.dumps(report))
+    gflops = {f"{t}thread": round(matmul_peak_gflops(size, threads=t), 1) for t in (1, 2)}
+    print(json.dumps({"torch": torch.__version__, "n": size, "matmul_fp32_gflops": gflops}))

@@ -7,10 +7,11 @@ Run with the separate venv made by ``setup_titans_pytorch.sh`` (never imports ti
 
 Prints one JSON line. Defaults: dim 384, 1 head (head dim 384), MLP memory depth 2 and
 expansion 4 (384 -> 1536 -> 384, GELU, wrapped by the library's LayerNorm + residual),
-chunk 64, batch 1, fp32, 2 threads, ``batch_size=64`` so that each chunk's gradient is taken
-at the weights left by the previous chunk (the Titans recurrence). ``--ttt-batch-size 0``
-gives the library default (``batch_size=None``): every chunk's gradient is taken at the
-sequence-start weights. Momentum and learned decay are on (library defaults).
+chunk 64, batch 1, fp32, 2 threads, and ``batch_size`` = chunk size, so that each chunk's
+gradient is taken at the weights left by the previous chunk (the Titans recurrence).
+``--ttt-batch-size 0`` gives the library default (``batch_size=None``): every chunk's
+gradient is taken at the sequence-start weights. Momentum and learned decay are on (library
+defaults). Peak memory: see ``benchmarks/_harness.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def memory_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         heads=1,
         dim_head=args.dim,
         chunk_size=args.chunk,
-        batch_size=args.ttt_batch_size or None,
+        batch_size=args.chunk if args.ttt_batch_size is None else args.ttt_batch_size or None,
         mem_model_norm_add_residual=not args.no_residual_norm,
         default_model_kwargs=dict(depth=2, expansion_factor=4.0),
     )
@@ -83,8 +84,8 @@ def main() -> None:
     parser.add_argument(
         "--ttt-batch-size",
         type=int,
-        default=64,
-        help="NeuralMemory batch_size; 0 = library default (None)",
+        default=None,
+        help="NeuralMemory batch_size (default: the chunk size); 0 = library default (None)",
     )
     parser.add_argument(
         "--no-residual-norm",
@@ -114,6 +115,7 @@ def main() -> None:
                 "tokens_per_s": args.tokens / timing.median_s,
                 "median_s": timing.median_s,
                 "times_s": timing.times_s,
+                "other_cpu_s": timing.other_cpu_s,
                 "peak_mem_bytes": mem and mem["peak_bytes"],
                 "mem": mem,
             }
