@@ -24,6 +24,12 @@ def test_readme_has_two_quickstart_commands_and_ci_runs_the_test_one():
     assert commands[1] in ci, "the CI script must run the README test command verbatim"
 
 
+def test_readme_example_runs(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(code.replace("/tmp/ckpt", str(tmp_path / "ckpt")), "README.md", "exec"), {})
+
+
 def test_public_api_is_pinned():
     assert sorted(ta.__all__) == sorted(
         [

@@ -179,7 +179,7 @@ class NeuralMemory(nn.Module):
 
     def output(self, read: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Per-head RMSNorm of the reads ``[B, T, H, Dh]``, output gate from x, projection."""
-        read = rearrange(self.out_norm(read.to(x.dtype)), "b t h d -> b t (h d)")
+        read = rearrange(self.out_norm(read.to(self.out_norm.weight.dtype)), "b t h d -> b t (h d)")
         gate = self.to_out_gate(x)
         gate = torch.sigmoid(gate) if self.config.output_gate == "sigmoid" else F.silu(gate)
         return self.to_out(read * gate)
