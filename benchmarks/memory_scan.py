@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +142,9 @@ def measure(config: dict, mode: str, impl: str, repeats: int, threads: int, toke
     }
 
 
-def measure_titans_pytorch(mode: str, repeats: int, threads: int, default: bool) -> dict | None:
+def measure_titans_pytorch(
+    mode: str, repeats: int, threads: int, default: bool, memory: bool = True
+) -> dict | None:
     """``default``: the library's batch_size=None (every gradient at the sequence-start
     weights); otherwise batch_size = chunk (weights advance per chunk, as Titans)."""
     if not EXTERNAL_PYTHON.exists():
@@ -162,6 +165,7 @@ def measure_titans_pytorch(mode: str, repeats: int, threads: int, default: bool)
         str(threads),
     ]
     args += ["--ttt-batch-size", "0"] if default else []
+    args += [] if memory else ["--no-memory"]
     out = subprocess.run(
         [str(EXTERNAL_PYTHON), str(script), *args], check=True, capture_output=True, text=True
     ).stdout
@@ -186,21 +190,35 @@ def table(rows: list[dict], peak: float) -> str:
     return "\n".join(lines)
 
 
+def interleaved_ratios(config: dict, mode: str, default: bool, args) -> list[float]:
+    """Our tokens/s over titans-pytorch's, timed in alternating rounds so that drifts in the
+    machine's speed hit both sides alike."""
+    step, ratios = build_step(config, mode), []
+    for _ in range(args.rounds):
+        ours = config["tokens"] / _harness.time_callable(step, warmup=1, repeats=3).median_s
+        theirs = measure_titans_pytorch(mode, 3, args.threads, default, memory=False)
+        ratios.append(ours / theirs["tokens_per_s"])
+    return ratios
+
+
 def run_titans(args, peak: float) -> list[dict]:
     config, rows = CONFIGS["titans"], []
     for mode in ("fwd", "fwdbwd"):
         ours = measure(config, mode, "chunk", args.repeats, args.threads)
-        reference = measure(config, mode, "reference", 1, args.threads, tokens=256)
-        rows += [ours, reference]
+        rows += [ours, measure(config, mode, "reference", 1, args.threads, tokens=256)]
         for default in (True, False):
             theirs = measure_titans_pytorch(mode, args.repeats, args.threads, default)
-            if theirs:
-                rows.append(theirs)
-                print(
-                    f"  {mode}: {ours['tokens_per_s'] / theirs['tokens_per_s']:.1f}x the tokens/s "
-                    f"and {ours['peak_mem_bytes'] / theirs['peak_mem_bytes']:.2f}x the peak memory "
-                    f"of {theirs['impl']}"
-                )
+            if theirs is None:
+                continue
+            ratios = interleaved_ratios(config, mode, default, args)
+            theirs["interleaved_speedups"] = ratios
+            rows.append(theirs)
+            print(
+                f"  {mode}: {statistics.median(ratios):.1f}x the tokens/s (rounds: "
+                f"{', '.join(f'{r:.1f}' for r in ratios)}) and "
+                f"{ours['peak_mem_bytes'] / theirs['peak_mem_bytes']:.2f}x the peak memory "
+                f"of {theirs['impl']}"
+            )
     print(table(rows, peak))
     return rows
 
@@ -241,6 +259,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("titans", "atlas", "auto"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved speed-up rounds")
     args = parser.parse_args()
     _harness.set_threads(args.threads)
     peak = _harness.matmul_peak_gflops(2048)
