@@ -114,7 +114,14 @@ class MemoryModel:
         """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``."""
         return self.forward_with(lambda name, h: h @ weights[name], x)
 
-    def _check_residual(self) -> None:
+    @property
+    def hidden_dim(self) -> int:
+        """Hidden width of an MLP memory: ``expansion * dim_in``."""
+        return int(self.expansion * self.dim_in)
+
+    def _check_hidden_and_residual(self) -> None:
+        if self.hidden_dim < 1:
+            raise ValueError(f"expansion must give a hidden width >= 1, got {self.expansion}")
         if self.residual and self.dim_in != self.dim_out:
             raise ValueError(
                 f"residual=True needs dim_in == dim_out, got dim_in={self.dim_in}, "
@@ -168,13 +175,7 @@ class MLPMemory(MemoryModel):
             raise ValueError(f"depth must be >= 2 (use LinearMemory for depth 1), got {self.depth}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if int(self.expansion * self.dim_in) < 1:
-            raise ValueError(f"expansion must give a hidden width >= 1, got {self.expansion}")
-        self._check_residual()
-
-    @property
-    def hidden_dim(self) -> int:
-        return int(self.expansion * self.dim_in)
+        self._check_hidden_and_residual()
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         widths = [self.dim_in] + [self.hidden_dim] * (self.depth - 1) + [self.dim_out]
@@ -215,13 +216,7 @@ class GatedMLPMemory(MemoryModel):
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
-        if int(self.expansion * self.dim_in) < 1:
-            raise ValueError(f"expansion must give a hidden width >= 1, got {self.expansion}")
-        self._check_residual()
-
-    @property
-    def hidden_dim(self) -> int:
-        return int(self.expansion * self.dim_in)
+        self._check_hidden_and_residual()
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         hidden = self.hidden_dim
