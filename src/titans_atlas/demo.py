@@ -54,22 +54,6 @@ def load_bytes(length: int) -> torch.Tensor:
     return torch.randint(0, 256, (1, length))
 
 
-def state_bytes(state: ta.ModelState) -> int:
-    total = 0
-    stack = [state.blocks]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            total += item.numel() * item.element_size()
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-        elif hasattr(item, "__dataclass_fields__"):
-            stack.extend(getattr(item, f) for f in item.__dataclass_fields__)
-    return total
-
-
 def streaming_demo(name: str, length: int, piece: int) -> None:
     torch.manual_seed(0)
     model = ta.create_model(
@@ -85,7 +69,7 @@ def streaming_demo(name: str, length: int, piece: int) -> None:
         for lo in range(0, ids.shape[1], piece):
             out, state = model(ids[:, lo : lo + piece], state)
             logits.append(out)
-            sizes.append(state_bytes(state))
+            sizes.append(state.nbytes())
         elapsed = time.perf_counter() - start
         whole, _ = model(ids)
     kb = [size / 1e3 for size in sizes]

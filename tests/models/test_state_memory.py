@@ -48,3 +48,16 @@ def test_last_only_logits_equal_the_last_row_of_the_full_forward(name):
     assert last.shape == (2, 1, 50)
     assert torch.allclose(last[:, 0], full[:, -1], rtol=0, atol=1e-6)  # BLAS row blocking
     assert state_last.position == state_full.position == 11
+
+
+def test_state_helpers_detach_move_and_measure():
+    torch.manual_seed(0)
+    model = ta.create_model("mag", **TINY)
+    _, short = model(torch.randint(0, 50, (2, 12)))
+    _, long = model(torch.randint(0, 50, (2, 36)))
+    assert short.nbytes() == long.nbytes() > 0  # bounded: no cache grows with the stream
+    detached = long.detach()
+    assert all(not t.requires_grad for t in tensors_in(detached))
+    assert any(t.requires_grad for t in tensors_in(long))
+    moved = detached.to("cpu")
+    assert moved.position == long.position and moved.nbytes() == long.nbytes()

@@ -28,19 +28,28 @@ class ModelState:
 
     def detach(self) -> ModelState:
         """Cut the autograd graph (truncated backpropagation through time)."""
-        return _detach(self)
+        return _map_tensors(self, torch.Tensor.detach)
+
+    def to(self, device: torch.device | str) -> ModelState:
+        return _map_tensors(self, lambda tensor: tensor.to(device))
+
+    def nbytes(self) -> int:
+        """Bytes of the tensors the state holds, each shared tensor counted once."""
+        seen: dict[int, int] = {}
+        _map_tensors(self, lambda t: seen.setdefault(t.data_ptr(), t.numel() * t.element_size()))
+        return sum(seen.values())
 
 
-def _detach(obj: Any) -> Any:
-    """Detach every tensor inside nested dataclasses, dicts and lists."""
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """Apply ``fn`` to every tensor inside nested dataclasses, dicts and lists."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach()
+        return fn(obj)
     if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, **{f.name: _detach(getattr(obj, f.name)) for f in fields(obj)})
+        return replace(obj, **{f.name: _map_tensors(getattr(obj, f.name), fn) for f in fields(obj)})
     if isinstance(obj, dict):
-        return {k: _detach(v) for k, v in obj.items()}
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return type(obj)(_detach(v) for v in obj)
+        return type(obj)(_map_tensors(v, fn) for v in obj)
     return obj
 
 
