@@ -68,3 +68,15 @@ def test_float32_parity_is_within_float32_precision():
     assert y_chunk.dtype == torch.float32
     assert_close(y_chunk, y_ref, rtol=1e-4)
     assert_states_close(s_chunk, s_ref, rtol=1e-4)
+
+
+@pytest.mark.parametrize("muon", [False, True])
+def test_gradients_at_the_gate_bounds_equal_the_reference(muon):
+    """eta = 0 and alpha = 1 are legal: the products they enter must keep their derivatives."""
+    memory, inputs, weights, momentum = setup_case("mlp", length=9, window=2)
+    inputs["momentum"][:, 3] = 0.0
+    inputs["decay"][:, 5] = 1.0
+    check_parity(
+        run_both(memory, inputs, weights, momentum, chunk_size=4, omega_window=2, muon=muon),
+        rtol=1e-8,
+    )

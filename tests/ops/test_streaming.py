@@ -163,3 +163,25 @@ def test_gradients_stay_finite_at_gate_extremes():
     (y.sum() + state.weights["w1"].sum()).backward()
     for tensor in (inputs["decay"], inputs["momentum"], *weights.values()):
         assert torch.isfinite(tensor.grad).all()
+
+
+@pytest.mark.parametrize("impl", ["chunk", "reference", "auto"])
+def test_empty_call_on_a_chunk_boundary(impl):
+    memory = MEMORIES["linear"]
+    state = memory.initial_state(random_weights(memory, 2), 2)
+    y, after = scan(memory, random_inputs(memory, length=0), state, chunk_size=4, impl=impl)
+    assert y.shape == (2, 0, 2, 3) and after is state
+
+
+def test_a_fresh_stream_takes_any_omega_window():
+    """Before the first token the halo is all zeros: a new window must not inherit a stale one."""
+    memory = MEMORIES["mlp"]
+    inputs = random_inputs(memory, length=6)
+    fresh = memory.initial_state(random_weights(memory, 2), 2)
+    _, empty = scan(
+        memory, random_inputs(memory, length=0, window=3), fresh, chunk_size=4, omega_window=3
+    )
+    for impl in ("chunk", "reference"):
+        y_empty, _ = scan(memory, inputs, empty, chunk_size=4, impl=impl)
+        y_fresh, _ = scan(memory, inputs, fresh, chunk_size=4, impl=impl)
+        assert_close(y_empty, y_fresh, rtol=0)

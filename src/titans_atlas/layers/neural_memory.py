@@ -90,6 +90,10 @@ class MemoryConfig:
         check_number("init_decay", self.init_decay, 0.0, 1.0)
         if self.init_omega is not None:
             check_number("init_omega", self.init_omega, 0.0, 1.0)
+        if self.feature_projection and self.feature_map is None:
+            raise ValueError("feature_projection=True needs a feature_map to project")
+        if self.residual and self.model == "linear":
+            raise ValueError("residual=True is for the MLP memories, not model='linear'")
 
     @property
     def omega_init(self) -> float:

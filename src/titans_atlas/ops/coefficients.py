@@ -20,21 +20,22 @@ from dataclasses import dataclass
 
 import torch
 
-# log(0) stand-in for a gate that is exactly 0 (momentum) or a decay of exactly 1: finite, so
-# gradients stay finite, and exp() of it (or of any sum containing it) underflows to 0.
-LOG_ZERO = -1e4
+# Smallest gate value taken into log space. A gate of exactly 0 (eta = 0, or 1 - alpha = 0) is
+# evaluated at TINY with a straight-through gradient: exp(log TINY + rest) is 0 to ~1e-30 in
+# value, and d/d gate = (TINY * rest) / TINY = rest is the true derivative of the product.
+TINY = 1e-30
 
 
 def safe_log(x: torch.Tensor) -> torch.Tensor:
-    """log(x) for x in [0, 1], with log(0) = LOG_ZERO and a finite gradient everywhere."""
-    positive = x > 0
-    return torch.where(positive, torch.log(torch.where(positive, x, 1.0)), LOG_ZERO)
+    """log(x) for x in [0, 1]: log(max(x, TINY)) in value, with the gradient of log at that
+    point flowing to x even where x < TINY (so products of gates keep exact derivatives)."""
+    floored = x + (x.clamp_min(TINY) - x).detach()
+    return torch.log(floored)
 
 
 def safe_log1m(x: torch.Tensor) -> torch.Tensor:
-    """log(1 - x) for x in [0, 1], precise for small x, with log(0) = LOG_ZERO."""
-    below_one = x < 1
-    return torch.where(below_one, torch.log1p(-torch.where(below_one, x, 0.0)), LOG_ZERO)
+    """log(1 - x) for x in [0, 1] (1 - x rounds exactly as the reference's (1 - alpha) does)."""
+    return safe_log(1.0 - x)
 
 
 def segment_sum(x: torch.Tensor) -> torch.Tensor:

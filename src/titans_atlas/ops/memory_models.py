@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..validation import check_int, check_number
 from .state import MemoryState, TensorDict
 
 Linear = Callable[[str, torch.Tensor], torch.Tensor]
@@ -120,6 +121,7 @@ class MemoryModel:
         return int(self.expansion * self.dim_in)
 
     def _check_hidden_and_residual(self) -> None:
+        check_number("expansion", self.expansion, 0.0)
         if self.hidden_dim < 1:
             raise ValueError(f"expansion must give a hidden width >= 1, got {self.expansion}")
         if self.residual and self.dim_in != self.dim_out:
@@ -129,10 +131,9 @@ class MemoryModel:
             )
 
 
-def _check_positive(**values: float) -> None:
+def _check_positive(**values: int) -> None:
     for name, value in values.items():
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_int(name, value, 1)
 
 
 @dataclass(frozen=True)

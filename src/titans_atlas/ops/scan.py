@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import torch
 
+from ..validation import check_int
 from .memory_models import MemoryModel
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
@@ -81,6 +82,8 @@ def memory_scan(
         read,
         impl,
     )
+    if q.shape[1] == 0:  # nothing to read or write: the stream stands still
+        return q.new_zeros(*q.shape[:3], v.shape[-1]), state
     if impl == "auto":
         short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
         impl = "reference" if short else "chunk"
@@ -100,7 +103,7 @@ def _prepare_state(state, q, v, chunk_size, omega_window, dtype) -> MemoryState:
     """Fill in what a fresh state leaves open: the chunk grid and a zero Omega halo."""
     batch, _, heads, _ = q.shape
     halo_k, halo_v = state.halo_keys, state.halo_values
-    if halo_k is None:
+    if halo_k is None or state.position == 0:  # before the first token the halo is all zeros
         halo_k = q.new_zeros(batch, heads, omega_window - 1, q.shape[-1], dtype=dtype)
         halo_v = v.new_zeros(batch, heads, omega_window - 1, v.shape[-1], dtype=dtype)
     return replace(
@@ -136,6 +139,10 @@ def _check_inputs(
             raise ValueError(f"{name} must be [B, T, H, D], got shape {list(x.shape)}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {x.dtype}, q has {q.dtype}; q, k, v must match")
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf")
     batch, length, heads, _ = q.shape
     if k.shape != q.shape:
         raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
@@ -148,10 +155,8 @@ def _check_inputs(
     _check_gate("lr", lr, q.shape[:3], low=0.0, high=None)
     _check_gate("momentum", momentum, q.shape[:3], low=0.0, high=1.0)
     _check_gate("decay", decay, q.shape[:3], low=0.0, high=1.0)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
-    if not isinstance(omega_window, int) or omega_window < 1:
-        raise ValueError(f"omega_window must be an int >= 1, got {omega_window!r}")
+    check_int("chunk_size", chunk_size, 1)
+    check_int("omega_window", omega_window, 1)
     if omega_gate is None and omega_window > 1:
         raise ValueError(f"omega_gate [B, T, H, {omega_window}] is required when omega_window > 1")
     if omega_gate is not None:
@@ -171,9 +176,13 @@ def _check_gate(name, gate, shape, low, high) -> None:
     if not isinstance(gate, torch.Tensor) or tuple(gate.shape) != tuple(shape):
         got = list(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
         raise ValueError(f"{name} must have shape {list(shape)}, got {got}")
-    if torch.isnan(gate).any() or (gate < low).any() or (high is not None and (gate > high).any()):
+    if (
+        not torch.isfinite(gate).all()
+        or (gate < low).any()
+        or (high is not None and (gate > high).any())
+    ):
         bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must lie in {bounds} (and not be NaN)")
+        raise ValueError(f"{name} must lie in {bounds} (finite, not NaN)")
 
 
 def _check_state(memory, state, batch, heads, chunk_size, omega_window) -> None:
