@@ -61,3 +61,10 @@ def test_state_helpers_detach_move_and_measure():
     assert any(t.requires_grad for t in tensors_in(long))
     moved = detached.to("cpu")
     assert moved.position == long.position and moved.nbytes() == long.nbytes()
+
+
+def test_a_state_from_another_architecture_is_rejected():
+    mac, lmm = ta.create_model("mac", **TINY), ta.create_model("lmm", **TINY)
+    _, state = mac(torch.randint(0, 50, (2, 5)))
+    with pytest.raises(ValueError, match="state"):
+        lmm(torch.randint(0, 50, (2, 3)), state)

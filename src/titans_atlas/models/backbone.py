@@ -25,6 +25,7 @@ class ModelState:
     position: int
     blocks: list[Any]
     batch_size: int
+    model: str = ""  # the architecture that made it: a state is only valid for that model
 
     def detach(self) -> ModelState:
         """Cut the autograd graph (truncated backpropagation through time)."""
@@ -81,7 +82,7 @@ class LanguageModel(nn.Module):
         prompt's prefill need not hold T x V logits)."""
         self._check(input_ids, state)
         if state is None:
-            state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0])
+            state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0], self.config.name)
         if input_ids.shape[1] == 0:  # nothing to read or write: the stream stands still
             return self.head.weight.new_zeros(*input_ids.shape, self.config.vocab_size), state
         x = self.embed(input_ids)
@@ -90,9 +91,8 @@ class LanguageModel(nn.Module):
             x, block_state = block(x, block_state, state.position)
             block_states.append(block_state)
         logits = self.head(self.norm(x[:, -1:] if last_only else x))
-        return logits, ModelState(
-            state.position + input_ids.shape[1], block_states, input_ids.shape[0]
-        )
+        end = state.position + input_ids.shape[1]
+        return logits, ModelState(end, block_states, input_ids.shape[0], self.config.name)
 
     def _check(self, input_ids: torch.Tensor, state: ModelState | None) -> None:
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
@@ -102,7 +102,11 @@ class LanguageModel(nn.Module):
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
             raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size})")
         if state is not None:
-            if not isinstance(state, ModelState) or len(state.blocks) != len(self.blocks):
+            if (
+                not isinstance(state, ModelState)
+                or len(state.blocks) != len(self.blocks)
+                or state.model != self.config.name
+            ):
                 raise ValueError("state must be a ModelState returned by this model")
             if state.batch_size != input_ids.shape[0]:
                 raise ValueError(
