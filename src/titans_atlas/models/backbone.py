@@ -9,12 +9,13 @@ An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..ops.state import map_tensors
 from .config import SIZE_PRESETS, ModelConfig
 
 
@@ -29,29 +30,16 @@ class ModelState:
 
     def detach(self) -> ModelState:
         """Cut the autograd graph (truncated backpropagation through time)."""
-        return _map_tensors(self, torch.Tensor.detach)
+        return map_tensors(self, torch.Tensor.detach)
 
     def to(self, device: torch.device | str) -> ModelState:
-        return _map_tensors(self, lambda tensor: tensor.to(device))
+        return map_tensors(self, lambda tensor: tensor.to(device))
 
     def nbytes(self) -> int:
         """Bytes of the tensors the state holds, each shared tensor counted once."""
         seen: dict[int, int] = {}
-        _map_tensors(self, lambda t: seen.setdefault(t.data_ptr(), t.numel() * t.element_size()))
+        map_tensors(self, lambda t: seen.setdefault(t.data_ptr(), t.numel() * t.element_size()))
         return sum(seen.values())
-
-
-def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Apply ``fn`` to every tensor inside nested dataclasses, dicts and lists."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, **{f.name: _map_tensors(getattr(obj, f.name), fn) for f in fields(obj)})
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(_map_tensors(v, fn) for v in obj)
-    return obj
 
 
 class LanguageModel(nn.Module):

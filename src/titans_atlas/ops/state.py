@@ -6,7 +6,9 @@ Weights and momenta are dicts keyed like ``memory.init_weights()``, each ``[B, H
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any
 
 import torch
 
@@ -50,24 +52,27 @@ class MemoryState:
         """Gradient base point for the next token: ``base`` inside a chunk, else ``weights``."""
         return self.base if self.base is not None else self.weights
 
-    def map_tensors(self, fn) -> MemoryState:
+    def map_tensors(self, fn: Callable[[torch.Tensor], Any]) -> MemoryState:
         """A copy with ``fn`` applied to every tensor (e.g. ``detach``, ``.to(device)``)."""
-
-        def apply(d: TensorDict | None) -> TensorDict | None:
-            return None if d is None else {name: fn(t) for name, t in d.items()}
-
-        return replace(
-            self,
-            weights=apply(self.weights),
-            momentum=apply(self.momentum),
-            base=apply(self.base),
-            halo_keys=None if self.halo_keys is None else fn(self.halo_keys),
-            halo_values=None if self.halo_values is None else fn(self.halo_values),
-        )
+        return map_tensors(self, fn)
 
     def detach(self) -> MemoryState:
         """Cut the autograd graph (truncated backpropagation through time)."""
         return self.map_tensors(torch.Tensor.detach)
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """Apply ``fn`` to every tensor inside nested dataclasses, dicts, lists and tuples (the
+    one walker for every state object: MemoryState here, ModelState in models/backbone.py)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: map_tensors(getattr(obj, f.name), fn) for f in fields(obj)})
+    if isinstance(obj, dict):
+        return {key: map_tensors(value, fn) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(map_tensors(value, fn) for value in obj)
+    return obj
 
 
 def last_tokens(halo: torch.Tensor, x: torch.Tensor, window: int) -> torch.Tensor | None:
