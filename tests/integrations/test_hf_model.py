@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
-from hf_helpers import tiny
+from hf_helpers import TINY, tiny
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -248,3 +248,25 @@ def test_config_mirrors_must_agree_with_the_model_config():
     assert hf_config.model_config == config
     with pytest.raises(ValueError, match="hidden_size"):
         TitansAtlasConfig(titans=config.to_dict(), hidden_size=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["mac", "atlas"])
+def test_hf_generate_on_cuda_equals_ours_on_cuda(name):
+    model = tiny(name).cuda()
+    hf_model, ids = to_hf_model(model), prompt(7, batch=2).cuda()
+    out = hf_model.generate(ids, max_new_tokens=10, do_sample=False)
+    assert out.device.type == "cuda"
+    assert torch.equal(out, generate(model, ids, 10, greedy=True))
+
+
+def test_a_model_built_from_an_hf_config_keeps_our_initialisation():
+    config = ta.model_config("atlas", **{**TINY, "num_persistent": 2})
+    torch.manual_seed(3)
+    ours = ta.create_model("atlas", **{**TINY, "num_persistent": 2})
+    torch.manual_seed(3)
+    theirs = AutoModelForCausalLM.from_config(TitansAtlasConfig.from_model_config(config))
+    expected = ours.state_dict()
+    for name, tensor in theirs.model.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name  # HF's generic init left nothing
