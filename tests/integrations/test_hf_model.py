@@ -182,6 +182,8 @@ def test_right_padding_keeps_real_logits_but_cannot_be_continued():
     assert torch.equal(out.logits[1, :4], logits_of(model, ids[1:, :4])[0])  # causal: exact
     with pytest.raises(ValueError, match="end with padding"):
         hf_model(prompt(1, batch=2), attention_mask=torch.ones(2, 7), cache=out.cache)
+    with pytest.raises(ValueError, match="end with padding"):
+        hf_model(prompt(1, batch=2), cache=out.cache)  # without a mask too
 
 
 def test_padding_between_tokens_is_a_value_error():
@@ -197,7 +199,7 @@ def test_a_continuation_mask_that_disagrees_with_the_cache_is_a_value_error():
     out = hf_model(prompt(4, batch=2), attention_mask=torch.tensor([[0, 1, 1, 1], [1] * 4]))
     with pytest.raises(ValueError, match="does not match the padding"):
         hf_model(prompt(1, batch=2), attention_mask=torch.ones(2, 5), cache=out.cache)
-    with pytest.raises(ValueError, match=r"must be \[B, 5\]"):
+    with pytest.raises(ValueError, match=r"must be \[2, 5\]"):
         hf_model(prompt(1, batch=2), attention_mask=torch.ones(2, 3), cache=out.cache)
 
 

@@ -148,16 +148,11 @@ def check_continuation_mask(
 ) -> None:
     """A call on a filled cache: the mask ``[B, columns + new]`` must hold the cache's padding
     and ones for the new tokens (padding is only possible before the first real token)."""
-    expected_width = cache.columns + new_tokens
-    if attention_mask.ndim != 2 or attention_mask.shape[1] != expected_width:
+    expected = (cache.batch_size, cache.columns + new_tokens)
+    if tuple(attention_mask.shape) != expected:
         raise ValueError(
-            f"attention_mask must be [B, {expected_width}] (the cache holds {cache.columns} "
-            f"columns, plus {new_tokens} new), got shape {tuple(attention_mask.shape)}"
-        )
-    if cache.trailing_padding:
-        raise ValueError(
-            "this cache was filled from rows that end with padding: their streams hold the pad "
-            "tokens and cannot be continued (pad on the left to generate)"
+            f"attention_mask must be {list(expected)} (the cache holds {cache.columns} columns, "
+            f"plus {new_tokens} new), got shape {tuple(attention_mask.shape)}"
         )
     if not bool((attention_mask[:, -new_tokens:] != 0).all()):
         raise ValueError("attention_mask: padding is only supported before a row's first token")

@@ -147,6 +147,11 @@ def _plan(
     """The groups of rows to run, each one's first column, and whether rows end with pads."""
     batch, width = input_ids.shape
     if not cache.is_empty:
+        if cache.trailing_padding:
+            raise ValueError(
+                "this cache was filled from rows that end with padding: their streams hold the "
+                "pad tokens and cannot be continued (pad on the left to generate)"
+            )
         if cache.batch_size != batch:
             raise ValueError(f"cache holds {cache.batch_size} rows, input_ids has {batch}")
         if attention_mask is not None:
