@@ -1,0 +1,54 @@
+"""Conversion both ways between our model directory and a Hugging Face folder.
+
+Ours: ``config.json`` (our format) + ``model.safetensors`` + ``tokenizer_spec.json``.
+HF: ``config.json`` (``TitansAtlasConfig``) + ``model.safetensors`` (the same tensors, named
+``model.<our name>``) + ``generation_config.json`` + the tokenizer's files. Both directions
+go through the libraries' own strict loaders and writers, so a folder that loads is complete.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...checkpoint import CheckpointError, load_model
+from ...models import LanguageModel
+from .modeling import TitansAtlasForCausalLM
+from .tokenizer import from_hf_tokenizer, read_spec, to_hf_tokenizer
+
+
+def to_hf_model(
+    model: LanguageModel, tokenizer_spec: dict | None = None, model_dir: str | Path | None = None
+) -> TitansAtlasForCausalLM:
+    """Wrap one of our models as an HF model (weights shared). ``tokenizer_spec`` (default
+    bytes; its files in ``model_dir``) is recorded in the config, and its end-of-text id
+    becomes ``eos_token_id``."""
+    spec = tokenizer_spec or {"kind": "bytes"}
+    eos = to_hf_tokenizer(spec, model_dir).eos_token_id
+    return TitansAtlasForCausalLM.from_language_model(model, tokenizer_spec=spec, eos_token_id=eos)
+
+
+def export_hf(model_dir: str | Path, hf_dir: str | Path) -> Path:
+    """Write the HF folder for the model directory ``model_dir`` into ``hf_dir``."""
+    model_dir, hf_dir = Path(model_dir), Path(hf_dir)
+    if hf_dir.resolve() == model_dir.resolve():
+        raise ValueError("hf_dir must differ from model_dir (both have a config.json)")
+    spec = read_spec(model_dir)
+    tokenizer = to_hf_tokenizer(spec, model_dir)  # first: an unbridged kind fails before work
+    to_hf_model(load_model(model_dir), spec, model_dir).save_pretrained(str(hf_dir))
+    tokenizer.save_pretrained(str(hf_dir))
+    return hf_dir
+
+
+def import_hf(hf_dir: str | Path, model_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Write our model directory for the HF folder ``hf_dir`` into ``model_dir``."""
+    hf_dir, model_dir = Path(hf_dir), Path(model_dir)
+    if hf_dir.resolve() == model_dir.resolve():
+        raise ValueError("model_dir must differ from hf_dir (both have a config.json)")
+    if not (hf_dir / "config.json").is_file():  # else transformers would look for a hub repo
+        raise CheckpointError(f"{hf_dir} is not a Hugging Face folder (no config.json)")
+    hf_model = TitansAtlasForCausalLM.from_pretrained(str(hf_dir), dtype=dtype)
+    hf_model.model.save_pretrained(str(model_dir))
+    from_hf_tokenizer(hf_model.config.tokenizer_spec, hf_dir, model_dir)
+    return model_dir
