@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from itertools import pairwise
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 
 from .tokenizer import write_spec

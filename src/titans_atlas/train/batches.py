@@ -17,8 +17,8 @@ global batch as one process).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import torch

@@ -162,6 +162,7 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
         valid = _model_fields()
         if name.removeprefix("memory.") not in valid:
             raise ValueError(f"unknown model setting {name!r}{_suggest(name, valid)}")
+        value = _parse(value) if isinstance(value, str) else value  # the model checks types
         part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
     else:
         valid = [f.name for f in fields(part)]
@@ -171,14 +172,19 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
     return replace(config, **{section: part})
 
 
+def _parse(value: str) -> Any:
+    """A command-line value as JSON (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
 def _coerce(current: Any, value: Any, key: str) -> Any:
     """Strings from the command line -> the type of the field's current value."""
     if not isinstance(value, str) or isinstance(current, str):
         return value
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value  # a plain string, e.g. a path for a field whose default is None
+    parsed = _parse(value)
     if isinstance(current, bool) and not isinstance(parsed, bool):
         raise ValueError(f"{key} takes true or false, got {value!r}")
     if isinstance(current, float) and isinstance(parsed, int) and not isinstance(parsed, bool):

@@ -22,8 +22,8 @@ RUN_PRESETS: dict[str, dict[str, Any]] = {
                   "num_persistent": 4, "chunk_size": 32, "vocab_size": 256},
         "data": {"source": "builtin:shakespeare", "val_fraction": 0.05},
         "optim": {"lr": 3e-3, "warmup_steps": 30},
-        "train": {"steps": 600, "batch_size": 16, "seq_len": 128, "eval_every": 200,
-                  "eval_tokens": 16384, "log_every": 10, "checkpoint_every": 200,
+        "train": {"steps": 500, "batch_size": 8, "seq_len": 128, "eval_every": 250,
+                  "eval_tokens": 16384, "log_every": 10, "checkpoint_every": 250,
                   "sample_tokens": 300, "out_dir": "runs/quickstart"},
     },
 }  # fmt: skip
