@@ -16,7 +16,10 @@ two states of the same structure, row b of every tensor comes from ``fresh`` whe
 
 A fresh stream starts at position 0; a reset row continues at the batch's position. For the
 memory this is exact when the position is a multiple of the chunk size (and of MAC's
-segment), which ``check_stream_alignment`` demands of ``seq_len``.
+segment), which ``check_stream_alignment`` demands of ``seq_len``: memory-only models (lmm,
+atlas, omeganet, atlas++) then give a reset row exactly a fresh stream's logits and
+gradients. Models with attention see one more difference: rotary queries meet
+position-free persistent keys, so their scores depend on the absolute position.
 """
 
 from __future__ import annotations
@@ -38,10 +41,15 @@ def _mask(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def replace_rows(state: Any, fresh: Any, rows: torch.Tensor) -> Any:
     """``state`` with row b of every tensor taken from ``fresh`` where ``rows[b]`` (bool
-    ``[B]``); the two must have the same structure. Non-tensor leaves come from ``state``."""
+    ``[B]``); the two must have the same structure. Non-tensor leaves, and tensors without a
+    leading batch axis, come from ``state``."""
+    if fresh is state:  # shared substructure (a KV cache kept as it is)
+        return state
     if isinstance(state, torch.Tensor):
         if not isinstance(fresh, torch.Tensor) or fresh.shape[1:] != state.shape[1:]:
             raise ValueError("fresh must have the structure and shapes of state")
+        if state.ndim == 0 or state.shape[0] != rows.shape[0]:
+            return state  # no batch axis (e.g. cache positions shared by the rows)
         return torch.where(_mask(rows, state), fresh.to(state.dtype), state)
     if is_dataclass(state) and not isinstance(state, type):
         if type(fresh) is not type(state):
@@ -105,12 +113,14 @@ def reset_rows(
 ) -> ModelState | None:
     """``state`` with the rows flagged in ``rows`` (bool ``[B]``) starting a fresh stream
     (see the module docstring). ``None`` -- every row fresh -- when all rows are flagged."""
-    if state is None or rows is None or bool(rows.all()):
+    if state is None or rows is None:
         return None
     if rows.shape != (state.batch_size,):
         raise ValueError(
             f"rows must be a bool [{state.batch_size}] tensor, got {tuple(rows.shape)}"
         )
+    if bool(rows.all()):
+        return None
     if not rows.any():
         return state
     blocks = []
