@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from pathlib import Path
 from typing import TextIO
 
 import torch
@@ -59,7 +61,9 @@ def quantize_int8(model: LanguageModel) -> nn.Module:
         f"{n}.memory.to_qkv" for n, m in model.named_modules() if type(m).__name__ == "MACBlock"
     }
     names = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in keep}
-    return quantize_dynamic(model, names, dtype=torch.qint8)
+    with warnings.catch_warnings():  # torch.ao's deprecation notice (torchao is its successor)
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, names, dtype=torch.qint8)
 
 
 class TextPrinter:
@@ -131,7 +135,8 @@ def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelStat
         state, meta = load_state(args.load_state, device=args.device)
         if not isinstance(state, ModelState) or meta.get("model") != model.config.name:
             raise ValueError(
-                f"{args.load_state} holds a state for {meta.get('model')!r}, not {model.config.name!r}"
+                f"{args.load_state} holds a state for {meta.get('model')!r}, "
+                f"not {model.config.name!r}"
             )
     if args.quantize == "int8":
         if args.device != "cpu":
@@ -150,7 +155,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.interactive:
             state = _interactive(model, tokenizer, state, sampling, args)
         else:
-            text = open(args.prompt_file).read() if args.prompt_file else args.prompt
+            text = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
             if text is None:
                 raise ValueError("give --prompt, --prompt-file or --interactive")
             state, _ = stream_generate(

@@ -38,11 +38,11 @@ def test_a_typo_names_the_field_and_its_neighbours(override, named):
 
 
 def test_wrong_types_and_malformed_overrides_are_errors():
-    with pytest.raises(ValueError, match="train.steps takes a int"):
+    with pytest.raises(ValueError, match=r"train\.steps takes a int"):
         build_config("debug", overrides=["train.steps=many"])
     with pytest.raises(ValueError, match="true or false"):
         build_config("debug", overrides=["train.compile=3"])
-    with pytest.raises(ValueError, match="section.field=value"):
+    with pytest.raises(ValueError, match=r"section\.field=value"):
         build_config("debug", overrides=["train.steps"])
     with pytest.raises(ValueError, match="debug"):
         build_config("debgu")

@@ -1,6 +1,7 @@
 """Every data path reads the documents it names; batchers resume from a plain-data cursor."""
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ DOCS = ["first document\n", "the second one, a little longer\n", "third ✓\n"]
 def _texts(corpus: Corpus) -> list[str]:
     out = []
     for tokens, bounds in corpus.parts:
-        out += [bytes(tokens[a:b].tolist()).decode() for a, b in zip(bounds[:-1], bounds[1:])]
+        out += [bytes(tokens[a:b].tolist()).decode() for a, b in pairwise(bounds)]
     return out
 
 

@@ -38,7 +38,8 @@ class Batch:
 def _check_rank(batch_size: int, rank: int, world_size: int) -> None:
     if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(
-            f"need batch_size >= 1 and 0 <= rank < world_size, got {batch_size}, {rank}, {world_size}"
+            "need batch_size >= 1 and 0 <= rank < world_size, "
+            f"got {batch_size}, {rank}, {world_size}"
         )
 
 
@@ -221,7 +222,8 @@ class StreamBatches:
         self.rows = [[int(a), int(b)] for a, b in state["rows"]]
         if len(self.rows) != self.batch_size * self.world_size:
             raise ValueError(
-                f"cursor has {len(self.rows)} rows, this run has {self.batch_size * self.world_size}"
+                f"cursor has {len(self.rows)} rows, "
+                f"this run has {self.batch_size * self.world_size}"
             )
         if hasattr(self.streams, "release"):
             self.streams.num_docs = state.get("num_docs")

@@ -90,11 +90,13 @@ def _report(trainer, result) -> None:
     """Final numbers and a generated sample on stdout."""
     if "val_bpb" in result.eval:
         print(
-            f"validation: {result.eval['val_bpb']:.4f} bits per byte, loss {result.eval['val_loss']:.4f}"
+            f"validation: {result.eval['val_bpb']:.4f} bits per byte, "
+            f"loss {result.eval['val_loss']:.4f}"
         )
     elif result.eval:
         print(
-            f"validation: accuracy {result.eval['val_accuracy']:.3f}, loss {result.eval['val_loss']:.4f}"
+            f"validation: accuracy {result.eval['val_accuracy']:.3f}, "
+            f"loss {result.eval['val_loss']:.4f}"
         )
     print(f"checkpoint: {result.checkpoint}")
     tokens = trainer.config.train.sample_tokens
@@ -128,6 +130,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         return 2
     docs = sum(s["num_docs"] for s in meta["shards"])
     print(
-        f"{args.out}: {meta['num_tokens']:,} tokens, {docs:,} documents, {len(meta['shards'])} shards"
+        f"{args.out}: {meta['num_tokens']:,} tokens, {docs:,} documents, "
+        f"{len(meta['shards'])} shards"
     )
     return 0
