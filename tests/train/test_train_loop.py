@@ -59,6 +59,16 @@ def test_non_finite_parameter_stops_with_its_name_and_step(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_a_diverged_carried_memory_is_named_with_the_step(tmp_path):
+    trainer = Trainer(debug_config(tmp_path, data__mode="stream", train__steps=3))
+    trainer.train_step()
+    from titans_atlas.ops.state import map_tensors
+
+    trainer.carried = map_tensors(trainer.carried, lambda t: t * float("inf"))
+    with pytest.raises(NonFiniteError, match=r"step 2: the forward pass went non-finite"):
+        trainer.train_step()
+
+
 def test_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     trainer = Trainer(debug_config(tmp_path, train__steps=3))
     trainer.train_step()

@@ -112,8 +112,7 @@ class Trainer:
             batch = self.pipeline.train.next()
             inputs, labels = batch.inputs.to(self.device), batch.labels.to(self.device)
             state = reset_rows(self.model, self.carried, batch.reset) if self.stream else None
-            with self.autocast:
-                logits, state = self.forward(inputs, state)
+            logits, state = self._forward(inputs, state)
             scored = (labels >= 0).sum().clamp(min=1)
             loss = token_losses(logits, labels).sum() / scored
             (loss / loop.grad_accum).backward()
@@ -131,13 +130,31 @@ class Trainer:
         self.step += 1
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens": tokens * self.world_size}
 
-    def _check_finite(self, loss: float) -> None:
+    def _forward(self, inputs: torch.Tensor, state):
+        try:
+            with self.autocast:
+                return self.forward(inputs, state)
+        except ValueError as err:  # the memory refuses non-finite inputs: say where and why
+            if "NaN or inf" not in str(err):
+                raise
+            norms = [round(n, 2) for n in memory_state_norms(self.carried)]
+            raise NonFiniteError(
+                f"step {self.step + 1}: the forward pass went non-finite ({err}); memory state "
+                f"norms carried into the step: {norms or 'none (fresh state)'}; non-finite "
+                f"parameters: {self._non_finite_parameters()[0] or 'none'}"
+            ) from err
+
+    def _non_finite_parameters(self) -> tuple[list[str], list[str]]:
         bad_params, bad_grads = [], []
         for name, param in self.model.named_parameters():
             if not torch.isfinite(param).all():
                 bad_params.append(name)
             if param.grad is not None and not torch.isfinite(param.grad).all():
                 bad_grads.append(name)
+        return bad_params, bad_grads
+
+    def _check_finite(self, loss: float) -> None:
+        bad_params, bad_grads = self._non_finite_parameters()
         if bad_params or bad_grads or not torch.isfinite(torch.tensor(loss)):
             raise NonFiniteError(
                 f"step {self.step + 1}: loss {loss}; "
