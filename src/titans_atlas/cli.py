@@ -12,7 +12,11 @@ import sys
 from collections.abc import Sequence
 
 # Modules that register a subcommand, in the order `titans --help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("titans_atlas.integrations.export",)
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "titans_atlas.train.cli",
+    "titans_atlas.generate_cli",
+    "titans_atlas.integrations.export",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

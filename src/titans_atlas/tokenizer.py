@@ -7,8 +7,11 @@ Every tokenizer has the same small surface -- ``encode(text) -> list[int]``,
 trained with.
 
 ``load_tokenizer(spec)`` takes ``"bytes"`` (the default: 256 byte values, nothing to
-download) or a checkpoint directory holding ``tokenizer_spec.json``. Further kinds (GPT-2 BPE
-offline, any Hugging Face tokenizer) register themselves in ``TOKENIZERS``.
+download), ``"gpt2"`` (GPT-2 BPE from files a package installs, see ``bpe.py``),
+``"hf:NAME_OR_PATH"`` (a Hugging Face tokenizer: a ``tokenizer.json`` file, a folder holding
+one, or a name ``transformers`` can load), or a checkpoint directory holding
+``tokenizer_spec.json``. Kinds live in ``TOKENIZERS``; the optional ones import their
+dependencies only when used.
 """
 
 from __future__ import annotations
@@ -34,6 +37,17 @@ class Tokenizer(Protocol):
     def save(self, directory: str | Path) -> None: ...
 
 
+def token_byte_lengths(tokenizer: Tokenizer) -> list[int]:
+    """UTF-8 bytes each token id stands for (bits per byte divides by their sum). Exact for
+    byte-level tokenizers; for others, the length of the token decoded on its own."""
+    if isinstance(tokenizer, ByteTokenizer):
+        return [1] * 256
+    token_bytes = getattr(tokenizer, "token_bytes", None)
+    if token_bytes is not None:
+        return [len(token_bytes(i)) for i in range(tokenizer.vocab_size)]
+    return [len(tokenizer.decode([i]).encode("utf-8")) for i in range(tokenizer.vocab_size)]
+
+
 class ByteTokenizer:
     """UTF-8 bytes as tokens: vocabulary 256, no end-of-text token, lossless on any text
     (``decode`` replaces a cut multi-byte character by U+FFFD)."""
@@ -56,8 +70,65 @@ class ByteTokenizer:
         return cls()
 
 
+class HFTokenizer:
+    """A Hugging Face ``tokenizers.Tokenizer``; saved as ``tokenizer.json`` beside the spec, so
+    a checkpoint carries its own copy."""
+
+    name = "hf"
+
+    def __init__(self, backend, source: str) -> None:
+        self.backend, self.source = backend, source
+        self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        vocab = backend.get_vocab(with_added_tokens=True)
+        eos = next((t for t in ("<|endoftext|>", "</s>", "<eos>", "[SEP]") if t in vocab), None)
+        self.eos_id = vocab[eos] if eos is not None else None
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def save(self, directory: str | Path) -> None:
+        write_spec(directory, {"kind": self.name, "file": HF_FILE, "source": self.source})
+        self.backend.save(str(Path(directory) / HF_FILE))
+
+    @classmethod
+    def from_spec(cls, spec: dict, directory: Path | None) -> HFTokenizer:
+        source = str(spec.get("name") or spec.get("source") or "")
+        path = directory / spec.get("file", HF_FILE) if directory is not None else Path(source)
+        if path.is_dir():
+            path = path / HF_FILE
+        try:
+            import tokenizers
+        except ImportError as err:
+            raise ValueError(
+                "hf tokenizers need the tokenizers package (pip install tokenizers)"
+            ) from err
+        if path.is_file():
+            return cls(tokenizers.Tokenizer.from_file(str(path)), source)
+        try:  # a hub name: transformers knows the local cache
+            from transformers import AutoTokenizer
+
+            fast = AutoTokenizer.from_pretrained(source)
+        except Exception as err:  # any failure means "cannot load this name"
+            raise ValueError(f"cannot load Hugging Face tokenizer {source!r}: {err}") from err
+        return cls(fast.backend_tokenizer, source)
+
+
+def _gpt2(spec: dict, directory: Path | None) -> Tokenizer:
+    from .bpe import GPT2Tokenizer  # imports regex, an extra, only when asked for
+
+    return GPT2Tokenizer.from_spec(spec, directory)
+
+
+HF_FILE = "tokenizer.json"
 # kind -> constructor from (spec dict, checkpoint directory or None)
-TOKENIZERS: dict[str, Callable[[dict, Path | None], Tokenizer]] = {"bytes": ByteTokenizer.from_spec}
+TOKENIZERS: dict[str, Callable[[dict, Path | None], Tokenizer]] = {
+    "bytes": ByteTokenizer.from_spec,
+    "gpt2": _gpt2,
+    "hf": HFTokenizer.from_spec,
+}
 
 
 def write_spec(directory: str | Path, spec: dict) -> None:
@@ -69,8 +140,10 @@ def write_spec(directory: str | Path, spec: dict) -> None:
 def load_tokenizer(spec: str | Path = "bytes") -> Tokenizer:
     """A tokenizer by kind name (``"bytes"``, or another registered kind) or from a directory
     that a tokenizer was saved into (a checkpoint). Raises ValueError naming what is wrong."""
-    if isinstance(spec, str) and spec in TOKENIZERS:
+    if isinstance(spec, str) and spec in TOKENIZERS and spec != "hf":
         return TOKENIZERS[spec]({"kind": spec}, None)
+    if isinstance(spec, str) and spec.startswith("hf:"):
+        return HFTokenizer.from_spec({"kind": "hf", "name": spec[3:]}, None)
     path = Path(spec)
     if (path / SPEC_FILE).is_file():
         try:
@@ -82,6 +155,6 @@ def load_tokenizer(spec: str | Path = "bytes") -> Tokenizer:
             raise ValueError(f"{path / SPEC_FILE} names unknown tokenizer kind {kind!r}")
         return TOKENIZERS[kind](saved, path)
     raise ValueError(
-        f"tokenizer {str(spec)!r} is neither a known kind {sorted(TOKENIZERS)} nor a directory "
-        f"holding {SPEC_FILE}"
+        f"tokenizer {str(spec)!r} is neither a known kind {sorted(TOKENIZERS)}, 'hf:NAME_OR_PATH', "
+        f"nor a directory holding {SPEC_FILE}"
     )

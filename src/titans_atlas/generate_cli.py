@@ -1,0 +1,188 @@
+"""``titans generate``: continue a prompt with a trained model, printing text as it decodes.
+
+    titans generate --checkpoint runs/quickstart --prompt "HAMLET:" --max-new-tokens 200
+    titans generate --checkpoint runs/quickstart --interactive --save-state chat.safetensors
+    titans generate --checkpoint runs/quickstart --load-state chat.safetensors --prompt "..."
+
+``--checkpoint`` takes a model directory, a training checkpoint or a run directory (its
+latest checkpoint; ``--best`` for the best one). In interactive mode every line you type is
+read into the same stream, so the memory keeps what it saw across turns; ``--save-state`` /
+``--load-state`` keep that stream in a file (a "memory session": safetensors + JSON, no
+pickle). ``--quantize int8`` runs the Linear layers as dynamic int8 on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+from typing import TextIO
+
+import torch
+from torch import nn
+
+from .checkpoint import CheckpointError, load_model
+from .generate import Sampler, SamplingConfig, prefill
+from .models.backbone import LanguageModel, ModelState
+from .state_io import load_state, save_state
+from .tokenizer import Tokenizer, load_tokenizer
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("generate", help="generate text from a trained model")
+    parser.add_argument("--checkpoint", required=True, help="model / checkpoint / run directory")
+    parser.add_argument("--best", action="store_true", help="a run directory's best checkpoint")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="text to continue")
+    source.add_argument("--prompt-file", help="file whose text to continue")
+    parser.add_argument("--interactive", action="store_true", help="read prompts from stdin")
+    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--min-p", type=float)
+    parser.add_argument("--repetition-penalty", type=float, default=1.0)
+    parser.add_argument("--greedy", action="store_true")
+    parser.add_argument("--seed", type=int, help="sampling seed (default: random)")
+    parser.add_argument("--load-state", help="continue the stream saved in this file")
+    parser.add_argument("--save-state", help="save the stream state here at the end")
+    parser.add_argument("--quantize", choices=["none", "int8"], default="none")
+    parser.add_argument("--device", default="cpu")
+    parser.set_defaults(func=run_generate)
+
+
+def quantize_int8(model: LanguageModel) -> nn.Module:
+    """Dynamic int8 Linear layers (weights int8, activations quantised per call), CPU only.
+    MAC reads its memory's query projection weight directly, so that one stays fp32."""
+    from torch.ao.quantization import quantize_dynamic
+
+    keep = {
+        f"{n}.memory.to_qkv" for n, m in model.named_modules() if type(m).__name__ == "MACBlock"
+    }
+    names = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in keep}
+    with warnings.catch_warnings():  # torch.ao's deprecation notice (torchao is its successor)
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, names, dtype=torch.qint8)
+
+
+class TextPrinter:
+    """Prints the text of a growing token sequence as it grows, holding back a cut multi-byte
+    character until it is complete."""
+
+    def __init__(self, tokenizer: Tokenizer, out: TextIO) -> None:
+        self.tokenizer, self.out, self.ids, self.shown = tokenizer, out, [], 0
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids)
+        ready = len(text.rstrip("\ufffd"))
+        if ready > self.shown:
+            self.out.write(text[self.shown : ready])
+            self.out.flush()
+            self.shown = ready
+
+    def finish(self) -> None:
+        text = self.tokenizer.decode(self.ids)
+        self.out.write(text[self.shown :])
+        self.out.flush()
+
+
+@torch.no_grad()
+def stream_generate(
+    model: LanguageModel,
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    state: ModelState | None,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    seed: int | None,
+    out: TextIO,
+    device: str = "cpu",
+) -> tuple[ModelState, list[int]]:
+    """Read ``prompt_ids`` into the stream, then sample and print up to ``max_new_tokens``
+    tokens; every sampled token is read back, so the returned state holds the whole turn."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    logits, state = prefill(model, prompt, state)
+    sampler = Sampler(sampling, prompt, model.config.vocab_size, seed)
+    printer, new = TextPrinter(tokenizer, out), []
+    for _ in range(max_new_tokens):
+        token = sampler(logits)  # [1]
+        new.append(int(token))
+        printer.add(int(token))
+        out_logits, state = model(token[:, None], state)
+        logits = out_logits[:, -1]
+        if tokenizer.eos_id is not None and int(token) == tokenizer.eos_id:
+            break
+    printer.finish()
+    return state, new
+
+
+def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelState | None]:
+    from .train.checkpoint import resolve_model_dir
+
+    directory = resolve_model_dir(args.checkpoint, "best" if args.best else "latest")
+    model = load_model(directory, device=args.device).eval()
+    tokenizer = (
+        load_tokenizer(directory)
+        if (directory / "tokenizer_spec.json").is_file()
+        else load_tokenizer()
+    )
+    state = None
+    if args.load_state:
+        state, meta = load_state(args.load_state, device=args.device)
+        if not isinstance(state, ModelState) or meta.get("model") != model.config.name:
+            raise ValueError(
+                f"{args.load_state} holds a state for {meta.get('model')!r}, "
+                f"not {model.config.name!r}"
+            )
+    if args.quantize == "int8":
+        if args.device != "cpu":
+            raise ValueError("--quantize int8 is a CPU inference option")
+        model = quantize_int8(model)
+    return model, tokenizer, state
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    try:
+        model, tokenizer, state = _load(args)
+        sampling = SamplingConfig(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty, greedy=args.greedy,
+        )  # fmt: skip
+        if args.interactive:
+            state = _interactive(model, tokenizer, state, sampling, args)
+        else:
+            text = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+            if text is None:
+                raise ValueError("give --prompt, --prompt-file or --interactive")
+            state, _ = stream_generate(
+                model, tokenizer, tokenizer.encode(text), state, args.max_new_tokens, sampling,
+                args.seed, sys.stdout, args.device,
+            )  # fmt: skip
+            print()
+    except (ValueError, CheckpointError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.save_state and state is not None:
+        save_state(
+            state, args.save_state, {"model": model.config.name, "position": str(state.position)}
+        )
+        print(f"stream state ({state.position} tokens) saved to {args.save_state}", file=sys.stderr)
+    return 0
+
+
+def _interactive(model, tokenizer, state, sampling, args) -> ModelState | None:
+    """One turn per input line; the state carries every turn (prompts and replies)."""
+    print("interactive: each line continues the same stream; end with Ctrl-D", file=sys.stderr)
+    for turn, line in enumerate(sys.stdin):
+        seed = None if args.seed is None else args.seed + turn
+        state, _ = stream_generate(
+            model, tokenizer, tokenizer.encode(line), state, args.max_new_tokens, sampling, seed,
+            sys.stdout, args.device,
+        )  # fmt: skip
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    return state

@@ -1,0 +1,46 @@
+"""Training: config dataclasses with presets, data sources and batchers (packed and
+long-stream), AdamW with parameter groups, the loop, and exact-resume checkpoints.
+
+    from titans_atlas.train import build_config, train
+    result = train(build_config("debug", overrides=["train.steps=20"]))
+
+The ``titans train`` / ``titans prepare`` commands (``train/cli.py``) drive the same functions.
+Nothing here imports an extra at ``import titans_atlas`` time.
+"""
+
+from .batches import IGNORE, Batch, PackedBatches, StreamBatches
+from .checkpoint import find_checkpoint, load_checkpoint, resolve_model_dir, save_checkpoint
+from .config import DataConfig, ModelSpec, OptimConfig, RunConfig, TrainConfig, build_config
+from .data import Corpus, load_corpus
+from .loop import NonFiniteError, Trainer, TrainResult, train
+from .presets import RUN_PRESETS
+from .stream import replace_rows, reset_rows
+from .tasks import TASKS, make_task
+
+__all__ = [
+    "IGNORE",
+    "RUN_PRESETS",
+    "TASKS",
+    "Batch",
+    "Corpus",
+    "DataConfig",
+    "ModelSpec",
+    "NonFiniteError",
+    "OptimConfig",
+    "PackedBatches",
+    "RunConfig",
+    "StreamBatches",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "build_config",
+    "find_checkpoint",
+    "load_checkpoint",
+    "load_corpus",
+    "make_task",
+    "replace_rows",
+    "reset_rows",
+    "resolve_model_dir",
+    "save_checkpoint",
+    "train",
+]

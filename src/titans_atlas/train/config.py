@@ -1,0 +1,280 @@
+"""Run settings: one ``RunConfig`` of dataclasses (model, data, optimiser, loop), named presets,
+and ``key=value`` overrides checked against the fields.
+
+Settings are applied in order: a preset (``RUN_PRESETS``), then an optional TOML or JSON file
+(the same nesting as ``RunConfig.to_dict()``), then ``--set section.field=value`` overrides.
+A key that is not a field is a ValueError naming it and the closest valid names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..models.backbone import model_config
+from ..models.config import ModelConfig
+from .presets import RUN_PRESETS
+
+
+@dataclass
+class ModelSpec:
+    """Which model: ``model_config(name, preset, **overrides)`` (ModelConfig or MemoryConfig
+    fields in ``overrides``, e.g. ``{"dim": 128, "chunk_size": 32}``)."""
+
+    name: str = "lmm"
+    preset: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def build(self) -> ModelConfig:
+        return model_config(self.name, self.preset, **self.overrides)
+
+
+@dataclass
+class DataConfig:
+    """Where tokens come from and how they are cut into batches.
+
+    ``source``: ``"builtin:shakespeare"`` (shipped with the package), a text file, a folder or
+    glob of text files, a ``.jsonl`` file, a shard folder written by ``titans prepare``,
+    ``"hf:NAME"`` (Hugging Face ``datasets``) or ``"task:NAME"`` (a synthetic task).
+    ``mode``: ``"packed"`` (independent windows, fresh state) or ``"stream"`` (each batch row
+    reads its documents in consecutive windows with the model state carried).
+    """
+
+    source: str = "builtin:shakespeare"
+    tokenizer: str = "auto"  # "auto" (shards: their own; else bytes), "bytes", "gpt2", "hf:NAME"
+    mode: str = "packed"
+    val_fraction: float = 0.05
+    val_source: str | None = None  # a separate validation source instead of a split
+    text_field: str = "text"  # JSONL / datasets field holding the text
+    hf_split: str = "train"
+    hf_config: str | None = None
+    hf_streaming: bool = False
+    stream_tokens: int = 0  # stream mode: cut documents into streams of at most this (0: auto)
+    task_args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("packed", "stream"):
+            raise ValueError(f"data.mode must be 'packed' or 'stream', got {self.mode!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction must lie in [0, 1), got {self.val_fraction}")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with warmup then cosine decay to ``min_lr_ratio * lr``."""
+
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    schedule: str = "cosine"  # "cosine" | "constant"
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(
+                f"optim.schedule must be 'cosine' or 'constant', got {self.schedule!r}"
+            )
+        if self.lr <= 0 or self.warmup_steps < 0:
+            raise ValueError("optim.lr must be > 0 and optim.warmup_steps >= 0")
+
+
+@dataclass
+class TrainConfig:
+    """The loop: sizes, precision, evaluation, checkpoints, logging."""
+
+    steps: int = 1000
+    batch_size: int = 16
+    seq_len: int = 128
+    grad_accum: int = 1
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    precision: str = "auto"  # "auto" (bf16 autocast on CUDA, fp32 on CPU) | "fp32" | "bf16"
+    threads: int = 0  # torch CPU threads (0: torch's default)
+    compile: bool = False
+    memory_checkpoint: bool = False  # recompute the memory's chunks in backward
+    eval_every: int = 200
+    eval_tokens: int = 65536  # validation tokens per evaluation (0: all)
+    log_every: int = 10
+    checkpoint_every: int = 200
+    keep_last: int = 2
+    out_dir: str = "runs/titans"
+    tensorboard: bool = False
+    progress: bool = True
+    sample_tokens: int = 200  # generated after training by the CLI (0: none)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"train.precision must be auto/fp32/bf16, got {self.precision!r}")
+
+
+@dataclass
+class RunConfig:
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        return apply_nested(cls(), data)
+
+
+# Fields that may differ between a checkpoint and the run that resumes it.
+RESUMABLE = {"train." + n for n in (
+    "steps", "device", "threads", "compile", "memory_checkpoint", "eval_every", "eval_tokens",
+    "log_every", "checkpoint_every", "keep_last", "out_dir", "tensorboard", "progress",
+    "sample_tokens",
+)}  # fmt: skip
+
+
+def _suggest(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    return f"; did you mean {' / '.join(close)}?" if close else f"; valid: {', '.join(valid)}"
+
+
+def _model_fields() -> list[str]:
+    from ..layers.neural_memory import MemoryConfig
+
+    return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
+
+
+def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
+    """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``) set."""
+    section, _, name = key.partition(".")
+    sections = [f.name for f in fields(RunConfig)]
+    if section not in sections or not name:
+        raise ValueError(f"unknown setting {key!r}: use section.field{_suggest(section, sections)}")
+    part = getattr(config, section)
+    if section == "model" and name not in ("name", "preset", "overrides"):
+        valid = _model_fields()
+        if name.removeprefix("memory.") not in valid:
+            raise ValueError(f"unknown model setting {name!r}{_suggest(name, valid)}")
+        value = _parse(value) if isinstance(value, str) else value  # the model checks types
+        part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
+    else:
+        valid = [f.name for f in fields(part)]
+        if name not in valid:
+            raise ValueError(f"unknown setting {key!r}{_suggest(name, valid)}")
+        part = replace(part, **{name: _coerce(getattr(part, name), value, key)})
+    return replace(config, **{section: part})
+
+
+def _parse(value: str) -> Any:
+    """A command-line value as JSON (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _coerce(current: Any, value: Any, key: str) -> Any:
+    """Strings from the command line -> the type of the field's current value."""
+    if not isinstance(value, str) or isinstance(current, str):
+        return value
+    parsed = _parse(value)
+    if isinstance(current, bool) and not isinstance(parsed, bool):
+        raise ValueError(f"{key} takes true or false, got {value!r}")
+    if isinstance(current, float) and isinstance(parsed, int) and not isinstance(parsed, bool):
+        parsed = float(parsed)
+    if current is not None and not isinstance(parsed, type(current)):
+        raise ValueError(f"{key} takes a {type(current).__name__}, got {value!r}")
+    return parsed
+
+
+def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
+    """Apply a nested dict (a config file, or ``to_dict()`` output) field by field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a run config must be a table of sections, got {type(data).__name__}")
+    for section, values in data.items():
+        if section == "model" and isinstance(values, dict):
+            for name in ("name", "preset"):
+                if name in values:
+                    config = set_value(config, f"model.{name}", values[name])
+            for name, value in {**values.get("overrides", {}), **_flat_model(values)}.items():
+                config = set_value(config, f"model.{name}", value)
+        elif isinstance(values, dict):
+            for name, value in values.items():
+                config = set_value(config, f"{section}.{name}", value)
+        else:
+            config = set_value(config, section, values)  # raises: a section must be a table
+    return config
+
+
+def _flat_model(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in ("name", "preset", "overrides")}
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A TOML (``.toml``) or JSON file as a nested dict; ValueError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ValueError(f"cannot read config file {path}: {err}") from err
+    try:
+        if path.suffix == ".toml":
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                import tomli as tomllib
+            return tomllib.loads(text)
+        return json.loads(text)
+    except ValueError as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path} is not a valid config file: {err}") from err
+
+
+def build_config(
+    preset: str = "quickstart",
+    config_file: str | Path | None = None,
+    overrides: list[str] | dict[str, Any] = (),
+) -> RunConfig:
+    """Preset -> config file -> overrides (``["train.steps=100", ...]`` or a dict)."""
+    if preset not in RUN_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}{_suggest(preset, sorted(RUN_PRESETS))}")
+    config = apply_nested(RunConfig(), RUN_PRESETS[preset])
+    if config_file is not None:
+        config = apply_nested(config, read_config_file(config_file))
+    items = overrides.items() if isinstance(overrides, dict) else map(_split, overrides)
+    for key, value in items:
+        config = set_value(config, key, value)
+    config.model.build()  # validate the model part now, not at the first step
+    return config
+
+
+def _split(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"override {item!r} must look like section.field=value")
+    return key.strip(), value.strip()
+
+
+def config_differences(
+    saved: dict[str, Any], current: dict[str, Any], prefix: str = ""
+) -> list[str]:
+    """Dotted keys whose values differ between two ``to_dict()`` trees."""
+    keys = sorted(set(saved) | set(current))
+    out = []
+    for key in keys:
+        a, b, name = saved.get(key), current.get(key), f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict) and not name.endswith("overrides"):
+            out += config_differences(a, b, name + ".")
+        elif a != b:
+            out.append(name)
+    return out
+
+
+def is_dataclass_instance(obj: Any) -> bool:
+    return is_dataclass(obj) and not isinstance(obj, type)

@@ -1,0 +1,196 @@
+"""Token sources: text files, folders or globs, JSONL, shards written by ``titans prepare``,
+Hugging Face ``datasets``, the texts shipped with the package -- all read into a ``Corpus`` of
+documents over 1-D token arrays (memory-mapped for shards).
+
+Axes: N tokens. A document is one file, one JSONL line or one dataset record; when the
+tokenizer has an end-of-text id it closes every document.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..tokenizer import Tokenizer, load_tokenizer
+from .config import DataConfig
+
+TEXTS = Path(__file__).resolve().parent.parent / "texts"  # package data: public-domain plays
+SHARD_META = "meta.json"
+SHARD_FORMAT, SHARD_VERSION = "titans-atlas-shards", 1
+
+
+@dataclass
+class Corpus:
+    """Documents over token arrays: ``parts[i] = (tokens [N_i], bounds [D_i + 1])`` where
+    document j of part i is ``tokens[bounds[j]:bounds[j+1]]``."""
+
+    parts: list[tuple[np.ndarray, np.ndarray]]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(tokens) for tokens, _ in self.parts)
+
+    def split(self, fraction: float) -> tuple[Corpus, Corpus]:
+        """(first 1 - fraction, last fraction) of the tokens, cut at one global position."""
+        cut = self.num_tokens - round(self.num_tokens * fraction)
+        head, tail, seen = [], [], 0
+        for tokens, bounds in self.parts:
+            local = min(max(cut - seen, 0), len(tokens))
+            if local > 0:
+                head.append((tokens[:local], _clip(bounds, 0, local)))
+            if local < len(tokens):
+                tail.append((tokens[local:], _clip(bounds, local, len(tokens)) - local))
+            seen += len(tokens)
+        return Corpus(head), Corpus(tail)
+
+
+def _clip(bounds: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Document bounds inside [lo, hi], with lo and hi themselves as the outer bounds."""
+    inner = bounds[(bounds > lo) & (bounds < hi)]
+    return np.concatenate([[lo], inner, [hi]]).astype(np.int64)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def tokenize_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Corpus:
+    """Encode documents into one in-memory part (end-of-text after each, when defined)."""
+    arrays, bounds = [], [0]
+    eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
+    for text in texts:
+        ids = tokenizer.encode(text) + eos
+        if ids:
+            arrays.append(np.asarray(ids, dtype=token_dtype(tokenizer.vocab_size)))
+            bounds.append(bounds[-1] + len(ids))
+    if not arrays:
+        raise ValueError("the data source holds no text")
+    return Corpus([(np.concatenate(arrays), np.asarray(bounds, dtype=np.int64))])
+
+
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def text_files(source: str) -> list[Path]:
+    """The files a text source names: one file, every file under a folder, or a glob."""
+    if any(ch in source for ch in "*?["):
+        files = [Path(p) for p in sorted(glob.glob(source, recursive=True))]
+    elif Path(source).is_dir():
+        files = sorted(p for p in Path(source).rglob("*") if not p.name.startswith("."))
+    else:
+        files = [Path(source)]
+    files = [p for p in files if p.is_file()]
+    if not files:
+        raise ValueError(f"data.source {source!r} names no readable file")
+    return files
+
+
+def iter_texts(config: DataConfig, source: str | None = None) -> Iterator[str]:
+    """The documents of a text-like source as strings (not shards, tasks or datasets)."""
+    source = config.source if source is None else source
+    if source == "builtin:shakespeare":
+        source = str(TEXTS / "*.txt")
+    for path in text_files(source):
+        if path.suffix == ".jsonl":
+            yield from _jsonl_texts(path, config.text_field)
+        else:
+            yield _read_text(path)
+
+
+def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON: {err}") from err
+            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                raise ValueError(f"{path}:{number} has no text field {field!r} (data.text_field)")
+            yield record[field]
+
+
+def is_shard_dir(source: str) -> bool:
+    return (Path(source) / SHARD_META).is_file()
+
+
+def read_shards(directory: str | Path) -> tuple[Corpus, Tokenizer]:
+    """Memory-map the shards ``titans prepare`` wrote, with the tokenizer they were made with."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / SHARD_META).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{directory / SHARD_META} is unreadable: {err}") from err
+    if meta.get("format") != SHARD_FORMAT or meta.get("version") != SHARD_VERSION:
+        raise ValueError(f"{directory} is not a {SHARD_FORMAT} v{SHARD_VERSION} folder")
+    parts = []
+    for shard in meta["shards"]:
+        path = directory / shard["file"]
+        expected = shard["num_tokens"] * np.dtype(meta["dtype"]).itemsize
+        if not path.is_file() or path.stat().st_size != expected:
+            raise ValueError(f"shard {path} is missing or truncated (want {expected} bytes)")
+        tokens = np.memmap(path, dtype=meta["dtype"], mode="r")
+        bounds = np.load(directory / shard["bounds"], allow_pickle=False)
+        parts.append((tokens, bounds))
+    return Corpus(parts), load_tokenizer(directory)
+
+
+def hf_documents(config: DataConfig, source: str | None = None) -> Iterator[str]:
+    """Texts of a Hugging Face dataset (``hf:NAME``: a hub name, a local data folder, or a
+    folder written by ``Dataset.save_to_disk``); streamed when ``data.hf_streaming``."""
+    name = (config.source if source is None else source).removeprefix("hf:")
+    try:
+        import datasets
+    except ImportError as err:
+        raise ValueError(
+            "hf: sources need the datasets package: pip install 'titans-atlas[hf]'"
+        ) from err
+    if (Path(name) / "state.json").is_file() or (Path(name) / "dataset_dict.json").is_file():
+        data = datasets.load_from_disk(name)
+        if isinstance(data, datasets.DatasetDict):
+            data = data[config.hf_split]
+        if config.hf_streaming:
+            data = data.to_iterable_dataset()
+    else:
+        data = datasets.load_dataset(
+            name, config.hf_config, split=config.hf_split, streaming=config.hf_streaming
+        )
+    for record in data:
+        if not isinstance(record.get(config.text_field), str):
+            raise ValueError(f"dataset {name!r} records have no text field {config.text_field!r}")
+        yield record[config.text_field]
+
+
+def resolve_tokenizer(config: DataConfig) -> Tokenizer:
+    """``data.tokenizer``; ``"auto"`` means the shards' own tokenizer, else bytes."""
+    if config.tokenizer == "auto":
+        return read_shards(config.source)[1] if is_shard_dir(config.source) else load_tokenizer()
+    return load_tokenizer(config.tokenizer)
+
+
+def load_corpus(config: DataConfig, tokenizer: Tokenizer, source: str | None = None) -> Corpus:
+    """Every non-streaming source as a Corpus (a task or a streamed dataset is not one)."""
+    source = config.source if source is None else source
+    if source.startswith("task:"):
+        raise ValueError("a task source produces batches, not a corpus")
+    if is_shard_dir(source):
+        corpus, shard_tokenizer = read_shards(source)
+        if (
+            shard_tokenizer.vocab_size != tokenizer.vocab_size
+            or shard_tokenizer.name != tokenizer.name
+        ):
+            raise ValueError(
+                f"shards in {source} use the {shard_tokenizer.name!r} tokenizer, data.tokenizer "
+                f"is {tokenizer.name!r} (leave data.tokenizer at 'auto')"
+            )
+        return corpus
+    if source.startswith("hf:"):
+        return tokenize_documents(hf_documents(config, source), tokenizer)
+    return tokenize_documents(iter_texts(config, source), tokenizer)

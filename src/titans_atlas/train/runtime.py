@@ -1,0 +1,103 @@
+"""Runtime choices of a run (device, precision, checkpointing, compile) and the memory
+statistics the loop logs: per layer, the mean learned lr / momentum / decay gates and the
+norm of the memory state.
+
+Axes: B batch, T tokens, H heads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ..layers.neural_memory import NeuralMemory
+from ..models.backbone import LanguageModel, ModelState
+from ..ops.state import MemoryState
+from .config import TrainConfig
+
+
+def pick_device(config: TrainConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"train.device={config.device!r} but CUDA is not available")
+    return device
+
+
+def autocast_context(config: TrainConfig, device: torch.device):
+    """bf16 autocast on CUDA (``precision`` auto or bf16); fp32 elsewhere. The memory layer
+    keeps its state in fp32 under autocast."""
+    if config.precision == "bf16" and device.type != "cuda":
+        raise ValueError("train.precision='bf16' is autocast on CUDA; on CPU use 'fp32' or 'auto'")
+    if device.type == "cuda" and config.precision in ("auto", "bf16"):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def memory_layers(model: torch.nn.Module) -> list[NeuralMemory]:
+    return [m for m in model.modules() if isinstance(m, NeuralMemory)]
+
+
+def enable_memory_checkpointing(model: LanguageModel) -> None:
+    """Recompute each memory chunk in backward instead of storing it. Sets the layers' own
+    configs (copies), never ``model.config``, so the saved config is unchanged.
+    TODO(#7): becomes ``model.set_runtime(memory_checkpoint=True)`` once that lands."""
+    for layer in memory_layers(model):
+        layer.config = replace(layer.config, checkpoint=True)
+
+
+class GateStats:
+    """Forward pre-hooks that record each memory layer's mean gates while ``active``."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.layers = memory_layers(model)
+        self.active, self.sums = False, [dict() for _ in self.layers]
+        self.handles = [
+            layer.register_forward_pre_hook(self._hook(i)) for i, layer in enumerate(self.layers)
+        ]
+
+    def _hook(self, index: int):
+        def record(module: NeuralMemory, args: tuple[Any, ...]) -> None:
+            if not self.active:
+                return
+            with torch.no_grad():
+                lr, momentum, decay, _ = module._gates(args[0])  # each [B, T, H]
+                for name, gate in (("lr", lr), ("momentum", momentum), ("decay", decay)):
+                    self.sums[index][name] = float(gate.float().mean())
+
+        return record
+
+    def collect(self) -> list[dict[str, float]]:
+        values, self.sums = self.sums, [dict() for _ in self.layers]
+        return values
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def memory_state_norms(state: ModelState | None) -> list[float]:
+    """Per memory (in block order): the mean over samples of the memory weights' norm."""
+    norms: list[float] = []
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, MemoryState):
+            squares = sum(w.detach().float().pow(2).flatten(1).sum(1) for w in obj.weights.values())
+            norms.append(float(squares.sqrt().mean()))
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, list | tuple):
+            for value in obj:
+                walk(value)
+        elif hasattr(obj, "__dataclass_fields__"):
+            for name in obj.__dataclass_fields__:
+                walk(getattr(obj, name))
+
+    if state is not None:
+        walk(state.blocks)
+    return norms

@@ -1,0 +1,115 @@
+"""Synthetic tasks as a data source: ``TASKS[name](seq_len, **args)`` builds a task whose
+``sample(batch_size, generator)`` returns ``inputs [B, T]`` int64 and ``labels [B, T]`` int64
+(-100 where a position is not scored), from a seeded ``torch.Generator`` only.
+
+Use one with ``data.source = "task:NAME"`` and ``data.task_args = {...}``. The evaluation
+code registers its recall tasks (MQAR, needles) here the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .batches import IGNORE, Batch
+
+
+class Task(Protocol):
+    vocab_size: int  # ids lie in [0, vocab_size)
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass(frozen=True)
+class KeyValueRecall:
+    """``num_pairs`` (key, value) pairs, ``distance`` filler tokens, then every key again in
+    a random order, each followed by its value: the value after a repeated key is scored.
+    The first query stands ``distance`` tokens after the last pair (the recall distance)."""
+
+    seq_len: int
+    num_pairs: int = 4
+    distance: int | None = None  # None: whatever seq_len leaves (seq_len - 4 * num_pairs)
+    num_keys: int = 32
+    num_values: int = 32
+    num_fillers: int = 16
+
+    def __post_init__(self) -> None:
+        if self.num_pairs < 1 or self.num_pairs > self.num_keys:
+            raise ValueError(
+                f"num_pairs must lie in [1, num_keys={self.num_keys}], got {self.num_pairs}"
+            )
+        if self.gap < 0:
+            raise ValueError(
+                f"seq_len={self.seq_len} cannot hold {self.num_pairs} pairs twice and "
+                f"distance {self.distance}"
+            )
+
+    @property
+    def gap(self) -> int:
+        return self.seq_len - 4 * self.num_pairs if self.distance is None else self.distance
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_fillers + self.num_keys + self.num_values
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, rows = self.num_pairs, batch_size
+        keys = torch.rand(rows, self.num_keys, generator=generator).argsort(-1)[:, :n]
+        keys = keys + self.num_fillers  # [B, n] distinct per row
+        values = torch.randint(self.num_values, (rows, n), generator=generator)
+        values = values + self.num_fillers + self.num_keys
+        order = torch.rand(rows, n, generator=generator).argsort(-1)  # query order
+        filler = torch.randint(self.num_fillers, (rows, self.gap), generator=generator)
+        pairs = torch.stack([keys, values], dim=-1).flatten(1)  # [B, 2n]
+        queries = torch.stack([keys.gather(1, order), values.gather(1, order)], -1).flatten(1)
+        seq = torch.cat([pairs, filler, queries], dim=1)  # [B, 4n + gap]
+        pad = torch.randint(
+            self.num_fillers, (rows, self.seq_len + 1 - seq.shape[1]), generator=generator
+        )
+        seq = torch.cat([pad, seq], dim=1)[:, : self.seq_len + 1]  # filler before the pairs
+        inputs, labels = seq[:, :-1], seq[:, 1:].clone()
+        scored = torch.zeros_like(labels, dtype=torch.bool)
+        scored[:, 1 - 2 * n :: 2] = True  # the inputs that are queried keys: next is the value
+        labels[~scored] = IGNORE
+        return inputs, labels
+
+
+TASKS: dict[str, Callable[..., Task]] = {"kv_recall": KeyValueRecall}
+
+
+def make_task(name: str, seq_len: int, args: dict[str, Any]) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; registered: {sorted(TASKS)}")
+    try:
+        return TASKS[name](seq_len=seq_len, **args)
+    except TypeError as err:
+        raise ValueError(f"bad data.task_args for task {name!r}: {err}") from err
+
+
+class TaskBatches:
+    """Batches of a task; batch n comes from a generator seeded with (seed, n), so the
+    cursor is one integer and every world size sees the same global batches."""
+
+    def __init__(self, task: Task, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.rank, self.world_size, self.step = rank, world_size, 0
+
+    def next(self) -> Batch:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step)
+        inputs, labels = self.task.sample(self.batch_size * self.world_size, generator)
+        self.step += 1
+        mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        return Batch(inputs[mine].contiguous(), labels[mine].contiguous())
+
+    def state_dict(self) -> dict:
+        return {"kind": "task", "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])

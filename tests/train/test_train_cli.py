@@ -1,0 +1,171 @@
+"""`titans train` / `prepare` / `generate` as real processes: exact resume after SIGKILL,
+SIGTERM writes a checkpoint, generation from the run, interactive turns, memory sessions."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from titans_atlas.cli import main
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+QUIET = [
+    "--set",
+    "train.threads=1",
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.sample_tokens=0",
+]
+
+
+def titans(*args: str, **kwargs) -> list[str]:
+    return [sys.executable, "-m", "titans_atlas", *args]
+
+
+def env() -> dict:
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        titans(*args), input=stdin, capture_output=True, text=True, env=env(), timeout=300
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(f"{args} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return out
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+def latest_step(run_dir: Path) -> int:
+    try:
+        return json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+def train_args(run_dir: Path, steps: int = 20) -> list[str]:
+    sets = {
+        "train.steps": steps,
+        "train.checkpoint_every": 10,
+        "train.log_every": 1,
+        "train.eval_every": 1000,
+    }
+    return [
+        "train",
+        "--preset",
+        "debug",
+        "--out",
+        str(run_dir),
+        *QUIET,
+        *(f"--set={k}={v}" for k, v in sets.items()),
+    ]
+
+
+def test_resume_after_sigkill_repeats_the_same_losses(tmp_path):
+    run(*train_args(tmp_path / "straight"))
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(titans(*train_args(killed)), env=env(), stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while latest_step(killed) < 10 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert latest_step(killed) == 10, "the kill must land between the two checkpoints"
+    run(*train_args(killed), "--resume")
+    straight, resumed = losses(tmp_path / "straight"), losses(killed)
+    assert [resumed[s] for s in range(1, 21)] == [straight[s] for s in range(1, 21)]
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+    args = train_args(tmp_path, steps=100000)
+    process = subprocess.Popen(titans(*args), env=env(), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "metrics.jsonl").is_file() and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in stderr
+    assert "SIGTERM" in stderr and latest_step(tmp_path) >= 1
+
+
+def test_train_then_generate_interactive_and_memory_sessions(tmp_path, capsys, monkeypatch):
+    sample = ["--set", "train.sample_tokens=16"]
+    out = run(
+        "train",
+        "--preset",
+        "debug",
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "4",
+        *QUIET,
+        *sample,
+    )
+    assert "bits per byte" in out.stdout and "sample:" in out.stdout
+
+    def generate(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main(
+            [
+                "generate",
+                "--checkpoint",
+                str(tmp_path / "run"),
+                "--max-new-tokens",
+                "12",
+                "--seed",
+                "0",
+                *args,
+            ]
+        )
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    state = str(tmp_path / "s.safetensors")
+    code, first, err = generate("--prompt", "HAMLET:", "--save-state", state)
+    assert code == 0 and "(19 tokens)" in err  # 7 prompt bytes + 12 generated, all in the state
+    assert generate("--prompt", "HAMLET:")[1] == first  # same seed, same text
+    _, _, err = generate(
+        "--prompt", "x", "--load-state", state, "--save-state", str(tmp_path / "t")
+    )
+    assert "(32 tokens)" in err  # the saved stream went on from 19
+    _, chat, err = generate("--interactive", "--save-state", state, stdin="To be\nor not\n")
+    assert chat.count("\n") == 2 and "(37 tokens)" in err  # (6 + 12) + (7 + 12): one stream
+    code, quantized, _ = generate("--prompt", "HAMLET:", "--quantize", "int8")
+    assert code == 0 and quantized.strip()
+    code = main(["generate", "--checkpoint", str(tmp_path / "nowhere"), "--prompt", "x"])
+    assert code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_prepare_shards_then_train_in_stream_mode(tmp_path):
+    (tmp_path / "books").mkdir()
+    for i in range(3):
+        (tmp_path / "books" / f"b{i}.txt").write_text(f"book {i} " * 400)
+    out = run("prepare", str(tmp_path / "books"), "--out", str(tmp_path / "shards"))
+    assert "3 documents" in out.stdout
+    stream = ["--set", "data.mode=stream", "--set", "data.val_fraction=0.2"]
+    data = ["--data", str(tmp_path / "shards"), "--out", str(tmp_path / "run")]
+    run("train", "--preset", "debug", *data, "--steps", "3", *stream, *QUIET)
+    assert latest_step(tmp_path / "run") == 3
+
+
+def test_bad_settings_exit_2_with_the_field_named(tmp_path):
+    out = run("train", "--preset", "debug", "--set", "train.stpes=3", check=False)
+    assert out.returncode == 2 and "steps" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "prepare", "generate"])
+def test_subcommands_are_registered(command):
+    from titans_atlas.cli import build_parser
+
+    assert command in build_parser().format_help()

@@ -1,0 +1,70 @@
+"""Run settings: preset -> file -> overrides, each checked against the dataclass fields."""
+
+import json
+
+import pytest
+
+from titans_atlas.train import RUN_PRESETS, RunConfig, build_config
+from titans_atlas.train.config import config_differences
+
+
+def test_every_preset_builds_its_model():
+    for name in RUN_PRESETS:
+        config = build_config(name)
+        assert config.model.build().name == config.model.name
+
+
+def test_overrides_are_typed_and_reach_the_model():
+    config = build_config(
+        "debug", overrides=["train.steps=7", "optim.lr=1e-3", "model.dim=48", "model.chunk_size=8"]
+    )
+    assert config.train.steps == 7 and config.optim.lr == 1e-3
+    model = config.model.build()
+    assert model.dim == 48 and model.memory.chunk_size == 8
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("train.stpes=3", "steps"),
+        ("optim.learning_rate=1", "lr"),
+        ("trian.steps=3", "train"),
+        ("model.chunksize=8", "chunk_size"),
+    ],
+)
+def test_a_typo_names_the_field_and_its_neighbours(override, named):
+    with pytest.raises(ValueError, match=named):
+        build_config("debug", overrides=[override])
+
+
+def test_wrong_types_and_malformed_overrides_are_errors():
+    with pytest.raises(ValueError, match=r"train\.steps takes a int"):
+        build_config("debug", overrides=["train.steps=many"])
+    with pytest.raises(ValueError, match="true or false"):
+        build_config("debug", overrides=["train.compile=3"])
+    with pytest.raises(ValueError, match=r"section\.field=value"):
+        build_config("debug", overrides=["train.steps"])
+    with pytest.raises(ValueError, match="debug"):
+        build_config("debgu")
+
+
+def test_config_files_toml_and_json(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('[model]\nname = "mag"\ndim = 40\n\n[train]\nsteps = 3\n')
+    config = build_config("debug", toml, ["train.steps=5"])  # overrides come last
+    assert config.model.name == "mag" and config.model.build().dim == 40
+    assert config.train.steps == 5
+    as_json = tmp_path / "run.json"
+    as_json.write_text(json.dumps(config.to_dict()))
+    assert build_config("debug", as_json).to_dict() == config.to_dict()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nsetps = 3\n")
+    with pytest.raises(ValueError, match="steps"):
+        build_config("debug", bad)
+
+
+def test_round_trip_and_differences():
+    config = build_config("debug")
+    assert RunConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
+    other = build_config("debug", overrides=["train.steps=9", "data.mode=stream"])
+    assert config_differences(config.to_dict(), other.to_dict()) == ["data.mode", "train.steps"]
