@@ -62,9 +62,13 @@ def memory_scan(
             max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise).
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
 
+    Dtypes: q, k, v and the gates may be of different floating dtypes (as autocast makes
+    them); all are cast to the state's dtype, in which the recurrence runs with autocast off.
+
     Returns:
-        y ``[B, T, H, Dv]`` in q's dtype, and the new ``MemoryState`` (weights and momentum in
-        the state's dtype, fp32 under autocast).
+        y ``[B, T, H, Dv]`` in the promoted dtype of q, k and v (their dtype when they match),
+        and the new ``MemoryState`` (weights and momentum in the state's dtype, fp32 under
+        autocast).
     """
     muon_mode = _check_inputs(
         memory,
@@ -82,21 +86,35 @@ def memory_scan(
         read,
         impl,
     )
+    out_dtype = output_dtype(q, k, v)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
-        return q.new_zeros(*q.shape[:3], v.shape[-1]), state
+        return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state
     if impl == "auto":
         short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
         impl = "reference" if short else "chunk"
-    dtype = next(iter(state.weights.values())).dtype
+    # The recurrence runs in the state's precision (fp32 under autocast): bf16 rounding would
+    # compound over a stream. Inputs of any floating dtypes -- CUDA autocast hands over fp32
+    # q, k (its normalisation runs in fp32) beside bf16 v and gates -- are cast to it.
+    dtype = compute_dtype(state)
     state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
     inputs = [x.to(dtype) for x in (q, k, v, lr, momentum, decay)]
     gate = None if omega_gate is None else omega_gate.to(dtype)
-    # The recurrence runs in the state's precision: bf16 rounding compounds over a stream.
     with torch.autocast(device_type=q.device.type, enabled=False):
         y, new_state = IMPLS[impl](
             memory, *inputs, state, chunk_size, omega_window, gate, muon_mode, read, checkpoint
         )
-    return y.to(q.dtype), new_state
+    return y.to(out_dtype), new_state
+
+
+def compute_dtype(state: MemoryState) -> torch.dtype:
+    """The dtype the recurrence runs in: the state's (fp32 for a model under autocast)."""
+    return next(iter(state.weights.values())).dtype
+
+
+def output_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.dtype:
+    """The dtype of the reads: torch's type promotion of q, k and v (their dtype when they
+    match; fp32 for CUDA autocast's fp32 q, k beside bf16 v)."""
+    return torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
 
 
 def _prepare_state(state, q, v, chunk_size, omega_window, dtype) -> MemoryState:
@@ -139,8 +157,6 @@ def _check_inputs(
             raise ValueError(f"{name} must be [B, T, H, D], got shape {list(x.shape)}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-        if x.dtype != q.dtype:
-            raise ValueError(f"{name} has dtype {x.dtype}, q has {q.dtype}; q, k, v must match")
         if not torch.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or inf")
     batch, length, heads, _ = q.shape
@@ -176,6 +192,8 @@ def _check_gate(name, gate, shape, low, high) -> None:
     if not isinstance(gate, torch.Tensor) or tuple(gate.shape) != tuple(shape):
         got = list(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
         raise ValueError(f"{name} must have shape {list(shape)}, got {got}")
+    if not gate.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {gate.dtype}")
     if (
         not torch.isfinite(gate).all()
         or (gate < low).any()
