@@ -17,20 +17,24 @@ def grads_of(fn, inputs, probes):
 
 def test_decayed_rank_update_matches_autograd():
     g, m, n, u = 3, 5, 7, 4
-    shapes = [
-        (g, m, n),
-        (g, m, n),
-        (g, 1, 1),
-        (g, 1, 1),
-        (g, 1, 1),
-        (g, m, u),
-        (g, u, n),
-        (g, u, n),
-    ]
-    inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    shapes = {
+        "weights": (g, m, n),
+        "momentum": (g, m, n),
+        "end_keep": (g, 1, 1),
+        "end_momentum": (g, 1, 1),
+        "momentum_carry": (g, 1, 1),
+        "a_t": (g, m, u),
+        "end_rows": (g, u, n),
+        "momentum_rows": (g, u, n),
+    }
+    inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes.values()]
     probes = [torch.randn(g, m, n, dtype=torch.float64) for _ in range(2)]
-    fast, fast_grads = grads_of(decayed_rank_update, inputs, probes)
-    ref, ref_grads = grads_of(decayed_rank_update_reference, inputs, probes)
+
+    def by_keyword(fn):
+        return lambda *tensors: fn(**dict(zip(shapes, tensors)))
+
+    fast, fast_grads = grads_of(by_keyword(decayed_rank_update), inputs, probes)
+    ref, ref_grads = grads_of(by_keyword(decayed_rank_update_reference), inputs, probes)
     for a, e in zip(fast + fast_grads, ref + ref_grads):
         assert_close(a, e, rtol=1e-12)
 

@@ -1,4 +1,4 @@
-"""ATLAS polynomial feature map (ATLAS Section 3.1; spec/architectures.md).
+"""ATLAS polynomial feature map (ATLAS Section 3.1; docs/architectures.md).
 
 Axes: any leading axes, then the feature axis D. ``phi_p(x)`` stacks every monomial of x of
 degree 0..p -- combinations with replacement, so each monomial appears once -- and scales the

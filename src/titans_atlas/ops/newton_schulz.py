@@ -1,9 +1,9 @@
-"""Muon's orthogonalisation: the quintic Newton-Schulz iteration (ATLAS, spec/memory.md).
+"""Muon's orthogonalisation: the quintic Newton-Schulz iteration (ATLAS; docs/memory.md, section 7).
 
 Axes: any leading batch axes, then a matrix ``[..., rows, cols]``; both forms work on the wide
 orientation (m = rows <= n = cols) and transpose back.
 
-``newton_schulz5_reference`` is the spec's iteration, literally, differentiated by autograd.
+``newton_schulz5_reference`` is Muon's iteration, literally, differentiated by autograd.
 ``newton_schulz5`` computes the same arithmetic with each step fused into three batched BLAS
 calls and has a hand-written backward (~1.5 forwards, against ~3 for autograd through the
 literal form) that saves one m x n and one m x m tensor per step. (Iterating in the m x m
