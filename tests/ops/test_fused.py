@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from helpers import assert_close
-from titans_atlas.ops import newton_schulz5, newton_schulz5_reference
+from helpers import assert_close, random_inputs, scan
+from titans_atlas.ops import MLPMemory, newton_schulz5, newton_schulz5_reference
 from titans_atlas.ops.chunk_update import decayed_rank_update, decayed_rank_update_reference
 
 
@@ -58,3 +58,38 @@ def test_newton_schulz5_gradient_with_leading_axes_and_a_zero_matrix():
     _, ref_grad = grads_of(newton_schulz5_reference, [x], probe)
     assert torch.isfinite(fast_grad[0]).all()
     assert_close(fast_grad[0], ref_grad[0], rtol=1e-10)
+
+
+def saved_bytes(fn):
+    """Bytes autograd keeps for backward while ``fn`` runs (each storage counted once)."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return sum(storages.values())
+
+
+def test_newton_schulz5_saves_only_its_input_and_norm():
+    """The backward recomputes the iterates: nothing of the five steps is kept."""
+    x = torch.randn(6, 8, 32, requires_grad=True)
+    assert saved_bytes(lambda: newton_schulz5(x)) == (x.numel() + 6) * 4
+
+
+def test_muon_scan_keeps_two_copies_of_the_materialised_momenta():
+    """Per chunk, the momenta S_m (NS5's input) and NS5(S_m) (read by every token): 2 M m n
+    floats per weight, plus smaller per-token tensors -- not the 7.5 M m n more that saved NS5
+    iterates would add (m = 32, n = 128 here)."""
+    memory, chunk, length, heads = MLPMemory(32, 32, expansion=4, residual=True), 8, 16, 2
+    inputs = random_inputs(memory, batch=1, length=length, heads=heads, window=2)
+    inputs = {n: x.float().requires_grad_() for n, x in inputs.items()}
+    weights = {n: w.requires_grad_() for n, w in memory.init_weights(heads).items()}
+    state = memory.initial_state(weights, 1)
+    kwargs = dict(chunk_size=chunk, omega_window=2, update_rule="muon", impl="chunk")
+    saved = saved_bytes(lambda: scan(memory, inputs, state, **kwargs))
+    momenta = length * heads * len(weights) * 32 * 128 * 4  # N M H G m n fp32
+    assert 2 * momenta <= saved <= 4 * momenta

@@ -5,6 +5,7 @@ width, Dh hidden width, C chunk size, N chunks, c Omega window. Functional layou
 ``[B, T, H, D]``; memory weights and momenta ``[B, H, d_in, d_out]``.
 """
 
+from .checks import validating, value_checks_enabled
 from .feature_maps import default_polynomial_coefficients, polynomial_features, polynomial_width
 from .memory_models import ACTIVATIONS, GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory
 from .newton_schulz import newton_schulz5, newton_schulz5_reference
@@ -44,4 +45,6 @@ __all__ = [
     "polynomial_features",
     "polynomial_width",
     "update_rule_from_muon",
+    "validating",
+    "value_checks_enabled",
 ]

@@ -4,16 +4,49 @@ Axes: B batch, T tokens, H heads, Dk key/query width, Dv value width, c Omega wi
 
 Two kinds: structure checks (types, shapes, dtypes, the chunk grid) read only metadata and
 always run; value checks (NaN, inf, gate ranges) read the tensors, which on an accelerator
-means a host-device synchronisation, so they run only when ``values`` is True.
+means a host-device synchronisation (and a graph break under ``torch.compile``), so they run
+only when ``values`` is True: ``memory_scan(validate=...)``, else the default set by
+``validating(...)`` (True), and never while ``torch.compile`` traces.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 
+from ..validation import check_choice
 from .memory_models import MemoryModel
 from .options import MemoryGates, ScanOptions
 from .state import MemoryState
+
+# The default of memory_scan's ``validate``: a context variable, so a training loop can turn
+# the value checks off for its block (``with validating(False): ...``) without a global flag
+# leaking into other threads or tasks.
+_VALIDATE_DEFAULT: ContextVar[bool] = ContextVar("titans_atlas_validate", default=True)
+
+
+@contextmanager
+def validating(enabled: bool) -> Iterator[None]:
+    """Within the block, ``memory_scan(validate=None)`` runs its value checks iff ``enabled``."""
+    check_choice("enabled", enabled, (False, True))
+    token = _VALIDATE_DEFAULT.set(enabled)
+    try:
+        yield
+    finally:
+        _VALIDATE_DEFAULT.reset(token)
+
+
+def value_checks_enabled(validate: bool | None = None) -> bool:
+    """Whether the value checks run: never while ``torch.compile`` traces (they would sync and
+    break the graph), else ``validate``, else the ``validating`` default (True)."""
+    if torch.compiler.is_compiling():
+        return False
+    check_choice("validate", validate, (None, False, True))
+    return _VALIDATE_DEFAULT.get() if validate is None else validate
+
 
 # name -> (low, high) of each gate; None = unbounded above.
 GATE_RANGES = {"lr": (0.0, None), "momentum": (0.0, 1.0), "decay": (0.0, 1.0), "omega": (0.0, 1.0)}

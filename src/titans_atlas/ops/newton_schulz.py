@@ -5,10 +5,13 @@ orientation (m = rows <= n = cols) and transpose back.
 
 ``newton_schulz5_reference`` is Muon's iteration, literally, differentiated by autograd.
 ``newton_schulz5`` computes the same arithmetic with each step fused into three batched BLAS
-calls and has a hand-written backward (~1.5 forwards, against ~3 for autograd through the
-literal form) that saves one m x n and one m x m tensor per step. (Iterating in the m x m
-Gram space would need 1.8x fewer flops, but in float32 it is several times less precise on
-low-rank momenta -- enough to break the streaming tolerance of Muon models; docs/memory.md.)
+calls and has a hand-written backward that saves only its input and the input's norm: the
+backward recomputes the iterates (one more forward), then runs the reversed steps (~1.5
+forwards), about as much work as autograd through the literal form (~3 forwards) without
+keeping 5 x (one m x n + two m x m) tensors per matrix alive between forward and backward.
+(Iterating in the m x m Gram space would need 1.8x fewer flops, but in float32 it is several
+times less precise on low-rank momenta -- enough to break the streaming tolerance of Muon
+models; docs/memory.md.)
 """
 
 from __future__ import annotations
@@ -46,29 +49,30 @@ def newton_schulz5_reference(x: torch.Tensor, steps: int = 5, eps: float = 1e-7)
     return x.transpose(-1, -2) if tall else x
 
 
-def _iterate(x: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
-    """X_steps of ``x`` ``[batch, m, n]`` and per step (X_k, G_k = X_k X_k^T, b G_k + c G_k^2)."""
+def _iterate(x: torch.Tensor, steps: int, keep: bool) -> tuple[torch.Tensor, list]:
+    """X_steps of ``x`` ``[batch, m, n]``; with ``keep``, per step (X_k, G_k = X_k X_k^T,
+    P_k = b G_k + c G_k^2) for the backward."""
     a, b, c = NS5_COEFFICIENTS
     iterates = []
     for _ in range(steps):
         gram = torch.bmm(x, x.transpose(-1, -2))
         poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A A
-        iterates.append((x, gram, poly))
+        if keep:
+            iterates.append((x, gram, poly))
         x = torch.baddbmm(x, poly, x, beta=a)  # a X + (b A + c A A) X
     return x, iterates
 
 
 class _NewtonSchulz5(torch.autograd.Function):
-    """NS5 of ``x`` ``[batch, m, n]`` (m <= n), normalisation included, with a hand-written
-    backward that reuses the saved iterates (under activation checkpointing they are
-    recomputed per chunk, not stored)."""
+    """NS5 of ``x`` ``[batch, m, n]`` (m <= n), normalisation included. Saves x and its norm;
+    backward recomputes the iterates (memory O(one call), not O(5 steps) per saved call)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, steps: int, eps: float) -> torch.Tensor:
         norm = safe_frobenius_norm(x)
-        out, iterates = _iterate(x / (norm + eps), steps)
-        ctx.save_for_backward(x, norm, *[t for step in iterates for t in step])
-        ctx.eps = eps
+        out, _ = _iterate(x / (norm + eps), steps, keep=False)  # forward runs without grad
+        ctx.save_for_backward(x, norm)
+        ctx.steps, ctx.eps = steps, eps
         return out
 
     @staticmethod
@@ -78,9 +82,9 @@ class _NewtonSchulz5(torch.autograd.Function):
         #   dX = a dY + P dY + (dG + dG^T) X,  dP = dY X^T,  dG = b dP + c (dP G + G dP).
         # With Q = dP + dP^T (symmetric): dG + dG^T = b Q + c (Q G + (Q G)^T): one m^3 product.
         a, b, c = NS5_COEFFICIENTS
-        x, norm, *saved = ctx.saved_tensors
-        steps = [saved[i : i + 3] for i in range(0, len(saved), 3)]
-        for x_k, gram, poly in reversed(steps):
+        x, norm = ctx.saved_tensors
+        _, iterates = _iterate(x / (norm + ctx.eps), ctx.steps, keep=True)
+        for x_k, gram, poly in reversed(iterates):
             d_poly = torch.bmm(grad, x_k.transpose(-1, -2))
             sym = d_poly + d_poly.transpose(-1, -2)
             mixed = torch.bmm(sym, gram)
@@ -100,7 +104,8 @@ class _NewtonSchulz5(torch.autograd.Function):
 
 
 def newton_schulz5(x: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """The same function as ``newton_schulz5_reference``: fused steps, recomputing backward."""
+    """The same function as ``newton_schulz5_reference``: fused steps, and a backward that
+    recomputes the iterates from the saved input."""
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions, got shape {list(x.shape)}")
     tall = x.shape[-2] > x.shape[-1]

@@ -13,7 +13,7 @@ from dataclasses import replace
 import torch
 
 from ..validation import check_choice
-from .checks import check_scan_inputs
+from .checks import check_scan_inputs, value_checks_enabled
 from .memory_models import MemoryModel
 from .options import SCAN_IMPLS, MemoryGates, ScanOptions, update_rule_from_muon
 from .scan_chunk import memory_scan_chunk
@@ -44,6 +44,7 @@ def memory_scan(
     impl: str = "auto",
     checkpoint: bool = False,
     update_rule: str | None = None,
+    validate: bool | None = None,
 ) -> tuple[torch.Tensor, MemoryState]:
     """Run the memory over a stream and return its reads and the state after the last token.
 
@@ -64,6 +65,10 @@ def memory_scan(
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
         update_rule: the rule by name, "momentum", "muon" or "muon_chunk" (``UPDATE_RULES``);
             the alternative to ``muon=`` (give one of the two).
+        validate: run the value checks (NaN/inf in q, k, v and the state, gates out of range),
+            which read the tensors: a host-device sync per call. None takes the default set
+            by ``ops.validating(...)`` (True); under ``torch.compile`` they never run. Shape,
+            dtype and option checks always run.
 
     Dtypes: q, k, v and the gates may be of different floating dtypes (as autocast makes
     them); all are cast to the state's dtype, in which the recurrence runs with autocast off.
@@ -86,7 +91,8 @@ def memory_scan(
     )
     gates = MemoryGates(lr=lr, momentum=momentum, decay=decay, omega=omega_gate)
     check_choice("impl", impl, SCAN_IMPLS)
-    check_scan_inputs(memory, q, k, v, gates=gates, state=state, options=options, values=True)
+    values = value_checks_enabled(validate)
+    check_scan_inputs(memory, q, k, v, gates=gates, state=state, options=options, values=values)
     out_dtype = output_dtype(q, k, v)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state

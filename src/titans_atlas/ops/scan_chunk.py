@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
+from .chunk_muon import muon_chunk_step
 from .chunk_update import decayed_rank_update
 from .coefficients import (
     ChunkGates,
     MomentumCoefficients,
-    MuonCoefficients,
     momentum_coefficients,
     muon_coefficients,
     omega_band,
@@ -31,7 +31,6 @@ from .coefficients import (
     safe_log1m,
 )
 from .memory_models import MemoryModel
-from .newton_schulz import newton_schulz5
 from .options import MemoryGates, ScanOptions
 from .state import MemoryState, TensorDict, last_tokens
 
@@ -76,7 +75,7 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[-2:])
 
 
-def _momentum_chunk(
+def momentum_chunk_step(
     memory: MemoryModel,
     coef: MomentumCoefficients,
     base: TensorDict,
@@ -118,55 +117,6 @@ def _momentum_chunk(
         )
         new_weights[name] = end_weights.view(weights[name].shape)
         new_momentum[name] = end_momentum.view(weights[name].shape)
-    return y, new_weights, new_momentum
-
-
-def _muon_chunk(
-    memory: MemoryModel,
-    coef: MuonCoefficients,
-    base: TensorDict,
-    weights: TensorDict,
-    momentum: TensorDict,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-):
-    """One chunk of rules "muon" / "muon_chunk", arguments as ``_momentum_chunk``; materialises
-    this chunk's M momenta ``[B, H, M, m, n]``.
-
-    Each weight is handled in its wide orientation (m = min(d_in, d_out) rows), where NS5
-    works, so tall weights (d_in > d_out) never pass a transposed copy of their momenta around:
-    the rank-1 factors swap roles and reads multiply by the transposed wide matrix.
-    """
-    factors = memory.grad_factors(base, k, v)
-    orthogonal, new_momentum, tall = {}, {}, {}
-    for name, (a, b) in factors.items():
-        tall[name] = a.shape[-1] > b.shape[-1]
-        left, right = (b, a) if tall[name] else (a, b)
-        start = momentum[name].transpose(-1, -2) if tall[name] else momentum[name]
-        # S_m = e_m S0 + sum_u (E Gamma)[m, u] left_u^T right_u: one matmul over (m, r)
-        weighted = rearrange(
-            coef.rows_grad[..., None] * left[:, :, None], "b h m u r -> b h (m r) u"
-        )
-        rows = rearrange(weighted @ right, "b h (m r) c -> b h m r c", r=left.shape[-1])
-        rows = rows + coef.rows_carry[..., None, None] * start.unsqueeze(2)
-        orthogonal[name] = newton_schulz5(rows)  # wide: [B, H, M, m, n]
-        last = rows[:, :, -1]
-        new_momentum[name] = (last.transpose(-1, -2) if tall[name] else last).contiguous()
-
-    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
-        wide = orthogonal[name]
-        # x_i NS5(S_m) for every row i and momentum m: [B, H, M, C, d_out]
-        through = x.unsqueeze(2) @ (wide.transpose(-1, -2) if tall[name] else wide)
-        update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through)
-        return coef.read_keep[..., None] * (x @ weights[name]) - update
-
-    y = memory.forward_with(linear, q)
-    new_weights = {}
-    for name in factors:
-        step = torch.einsum("bhm,bhmrc->bhrc", coef.end_update, orthogonal[name])
-        step = step.transpose(-1, -2) if tall[name] else step
-        new_weights[name] = coef.end_keep[..., None, None] * weights[name] - step
     return y, new_weights, new_momentum
 
 
@@ -217,10 +167,10 @@ def memory_scan_chunk(
 
     grid_gates = _grid_gates(gates, state.position, left, right, size)
     if options.update_rule == "momentum":
-        coefs, step = momentum_coefficients(grid_gates, options.read), _momentum_chunk
+        coefs, step = momentum_coefficients(grid_gates, options.read), momentum_chunk_step
     else:
         per_chunk = options.update_rule == "muon_chunk"
-        coefs, step = muon_coefficients(grid_gates, options.read, per_chunk), _muon_chunk
+        coefs, step = muon_coefficients(grid_gates, options.read, per_chunk), muon_chunk_step
     q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
