@@ -237,10 +237,3 @@ def test_polynomial_coefficients_scale_blocks_and_get_gradients():
     phi = polynomial_features(torch.randn(4, 3, dtype=torch.float64), 3, coefficients)
     phi.sum().backward()
     assert (coefficients.grad != 0).all()
-
-
-def test_polynomial_map_bad_input():
-    with pytest.raises(ValueError, match="degree"):
-        polynomial_features(torch.randn(3, 4), 0)
-    with pytest.raises(ValueError, match="coefficients"):
-        polynomial_features(torch.randn(3, 4), 2, torch.ones(2))

@@ -128,6 +128,8 @@ def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool
             f"inputs are batch {batch} x heads {heads}"
         )
     position, size, window = state.position, options.chunk_size, options.omega_window
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
     if state.chunk_size is not None and state.chunk_size != size and position > 0:
         raise ValueError(
             f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "
@@ -137,3 +139,28 @@ def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool
         raise ValueError(f"omega_window={window} differs from the stream's {state.omega_window}")
     if position % size and state.base is None:
         raise ValueError("state stands inside a chunk but has no base weights (state.base)")
+    if state.base is not None:
+        memory.check_weights(state.base, batched=True, name="state.base")
+    _check_state_tensors(state, values)
+
+
+def _check_state_tensors(state: MemoryState, values: bool) -> None:
+    """One floating dtype for weights, momentum and base (the recurrence runs in it), and,
+    with ``values``, finite values everywhere (the halo included)."""
+    dtype = next(iter(state.weights.values())).dtype
+    named = [
+        (f"state.{group}[{key!r}]", x)
+        for group in ("weights", "momentum", "base")
+        for key, x in (getattr(state, group) or {}).items()
+    ]
+    for name, x in named:
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+        if x.dtype != dtype:
+            raise ValueError(f"{name} has dtype {x.dtype}, the state's weights {dtype}")
+    if not values:
+        return
+    named += [(f"state.{n}", getattr(state, n)) for n in ("halo_keys", "halo_values")]
+    for name, x in named:
+        if x is not None and not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf")

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import torch
 
+from ..validation import check_int
+
 
 def polynomial_width(dim: int, degree: int) -> int:
     """Number of monomials of degree 0..degree in ``dim`` variables: C(dim + degree, degree)."""
@@ -40,8 +42,7 @@ def polynomial_features(
 
     ``coefficients`` ``[p + 1]`` scales the blocks (default 1/i!).
     """
-    if degree < 1:
-        raise ValueError(f"degree must be >= 1, got {degree}")
+    check_int("degree", degree, 1)
     if coefficients is None:
         coefficients = default_polynomial_coefficients(degree, x.dtype).to(x.device)
     if coefficients.shape != (degree + 1,):
