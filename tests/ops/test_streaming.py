@@ -2,6 +2,7 @@
 form at C = 1 equals the fully sequential rule computed with autograd (an independent oracle)."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -195,15 +196,22 @@ def test_empty_call_on_a_chunk_boundary(impl):
     assert y.shape == (2, 0, 2, 3) and after is state
 
 
-def test_a_fresh_stream_takes_any_omega_window():
-    """Before the first token the halo is all zeros: a new window must not inherit a stale one."""
-    memory = MEMORIES["mlp"]
-    inputs = random_inputs(memory, length=6)
+@pytest.mark.parametrize("window", [1, 2, 4])
+def test_a_fresh_stream_ignores_a_stale_halo(window):
+    """Before the first token the halo is all zeros, whatever a position-0 state carries (here
+    the halo of a window of 3, filled with noise): any window may start a stream."""
+    memory = MEMORIES["affine"]  # f(W, 0) != 0: halo values would show
+    inputs = random_inputs(memory, length=6, window=window)
     fresh = memory.initial_state(random_weights(memory, 2), 2)
-    _, empty = scan(
-        memory, random_inputs(memory, length=0, window=3), fresh, chunk_size=4, omega_window=3
+    stale = replace(
+        fresh,
+        halo_keys=torch.randn(2, 2, 2, 5, dtype=torch.float64),
+        halo_values=torch.randn(2, 2, 2, 3, dtype=torch.float64),
+        omega_window=3,
     )
     for impl in ("chunk", "reference"):
-        y_empty, _ = scan(memory, inputs, empty, chunk_size=4, impl=impl)
-        y_fresh, _ = scan(memory, inputs, fresh, chunk_size=4, impl=impl)
-        assert_close(y_empty, y_fresh, rtol=0)
+        kwargs = dict(chunk_size=4, omega_window=window, impl=impl)
+        y_stale, s_stale = scan(memory, inputs, stale, **kwargs)
+        y_fresh, s_fresh = scan(memory, inputs, fresh, **kwargs)
+        assert_close(y_stale, y_fresh, rtol=0)
+        assert_states_close(s_stale, s_fresh, rtol=0)

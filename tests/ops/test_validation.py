@@ -207,6 +207,11 @@ OTHER_CASES = [
     ("validating a string", lambda: validating("yes").__enter__(), ["enabled"]),
     ("update_rule_from_muon 'x'", lambda: update_rule_from_muon("x"), ["muon"]),
     (
+        "memory_scan state with a NaN halo mid-stream",
+        lambda: call(window=2, state=with_nan_halo(mid_stream_state())),
+        ["state.halo_keys", "NaN"],
+    ),
+    (
         "memory_scan memory a string",
         lambda: memory_scan(
             "mlp", *[torch.zeros(1, 1, 1, 1)] * 3, *[torch.zeros(1, 1, 1)] * 3, state=None
@@ -235,6 +240,10 @@ def test_bad_input_raises_an_error_with_these_words(bad_call, exception, words):
         bad_call()
     for word in words:
         assert word in str(error.value), f"{word!r} not in {str(error.value)!r}"
+
+
+def with_nan_halo(state):
+    return MemoryState(**{**state.__dict__, "halo_keys": state.halo_keys + NAN})
 
 
 def mid_stream_state():

@@ -146,7 +146,7 @@ def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool
 
 def _check_state_tensors(state: MemoryState, values: bool) -> None:
     """One floating dtype for weights, momentum and base (the recurrence runs in it), and,
-    with ``values``, finite values everywhere (the halo included)."""
+    with ``values``, finite values everywhere (the halo too, once the stream has started)."""
     dtype = next(iter(state.weights.values())).dtype
     named = [
         (f"state.{group}[{key!r}]", x)
@@ -160,7 +160,8 @@ def _check_state_tensors(state: MemoryState, values: bool) -> None:
             raise ValueError(f"{name} has dtype {x.dtype}, the state's weights {dtype}")
     if not values:
         return
-    named += [(f"state.{n}", getattr(state, n)) for n in ("halo_keys", "halo_values")]
+    if state.position > 0:  # at position 0 the halo is ignored (all zeros before the stream)
+        named += [(f"state.{n}", getattr(state, n)) for n in ("halo_keys", "halo_values")]
     for name, x in named:
         if x is not None and not torch.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or inf")
