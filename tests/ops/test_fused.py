@@ -75,9 +75,23 @@ def saved_bytes(fn):
 
 
 def test_newton_schulz5_saves_only_its_input_and_norm():
-    """The backward recomputes the iterates: nothing of the five steps is kept."""
+    """The backward recomputes the iterates: nothing of the five steps is kept -- unless
+    asked (under activation checkpointing), then X_k, G_k, P_k of each step."""
     x = torch.randn(6, 8, 32, requires_grad=True)
     assert saved_bytes(lambda: newton_schulz5(x)) == (x.numel() + 6) * 4
+    per_step = 6 * (8 * 32 + 2 * 8 * 8)
+    with_iterates = saved_bytes(lambda: newton_schulz5(x, save_iterates=True))
+    assert with_iterates == (x.numel() + 6 + 5 * per_step) * 4
+
+
+@pytest.mark.parametrize("save_iterates", [False, True])
+def test_newton_schulz5_gradient_is_the_same_either_way(save_iterates):
+    x = torch.randn(3, 6, 11, dtype=torch.float64, requires_grad=True)
+    probe = [torch.randn(3, 6, 11, dtype=torch.float64)]
+    fast = lambda x: newton_schulz5(x, save_iterates=save_iterates)  # noqa: E731
+    _, fast_grad = grads_of(fast, [x], probe)
+    _, ref_grad = grads_of(newton_schulz5_reference, [x], probe)
+    assert_close(fast_grad[0], ref_grad[0], rtol=1e-10)
 
 
 def test_muon_scan_keeps_two_copies_of_the_materialised_momenta():

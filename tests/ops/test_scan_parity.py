@@ -41,11 +41,13 @@ def test_chunk_equals_reference_from_mid_chunk_state(memory_id, offset):
     check_parity(results)
 
 
+@pytest.mark.parametrize("rule", ["momentum", "muon", "muon_chunk"])
 @pytest.mark.parametrize("memory_id", ["mlp", "gated"])
-def test_checkpointing_changes_nothing(memory_id):
-    memory, inputs, weights, momentum = setup_case(memory_id, length=20)
-    plain = run_both(memory, inputs, weights, momentum, chunk_size=4)[1]
-    ckpt = run_both(memory, inputs, weights, momentum, chunk_size=4, checkpoint=True)[1]
+def test_checkpointing_changes_nothing(memory_id, rule):
+    memory, inputs, weights, momentum = setup_case(memory_id, length=20, window=2)
+    kwargs = dict(chunk_size=4, omega_window=2, update_rule=rule)
+    plain = run_both(memory, inputs, weights, momentum, **kwargs)[1]
+    ckpt = run_both(memory, inputs, weights, momentum, checkpoint=True, **kwargs)[1]
     check_parity([plain, ckpt], rtol=1e-12)
 
 

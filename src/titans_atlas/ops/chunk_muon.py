@@ -58,16 +58,21 @@ def muon_chunk_step(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    *,
+    checkpointed: bool = False,
 ):
     """One chunk: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at ``base``, the chunk
     starts from (``weights``, ``momentum``) = (W0, S0). Returns (y ``[B, H, C, Dv]``, W_end,
-    S_end). Materialises this chunk's M momenta of each weight, ``[B, H, M, m, n]``."""
+    S_end). Materialises this chunk's M momenta of each weight, ``[B, H, M, m, n]``.
+    ``checkpointed``: the step runs under activation checkpointing, so NS5 may keep its
+    iterates (only the recompute's are kept, one chunk at a time) instead of recomputing."""
     factors = memory.grad_factors(base, k, v)
     tall = {name: a.shape[-1] > b.shape[-1] for name, (a, b) in factors.items()}
     orthogonal, new_momentum = {}, {}
     for names in _wide_groups(factors).values():
         rows = _momenta(coef, factors, momentum, names)  # [G, B, H, M, m, n]
-        for name, ortho, last in zip(names, newton_schulz5(rows), rows[:, :, :, -1]):
+        orthogonalised = newton_schulz5(rows, save_iterates=checkpointed)
+        for name, ortho, last in zip(names, orthogonalised, rows[:, :, :, -1]):
             orthogonal[name] = ortho  # contiguous: the group axis leads
             last = last.transpose(-1, -2) if tall[name] else last
             new_momentum[name] = last.clone(memory_format=torch.contiguous_format)  # not a view

@@ -76,15 +76,15 @@ def _iterate(x: torch.Tensor, steps: int, keep: bool) -> tuple[torch.Tensor, lis
 
 
 class _NewtonSchulz5(torch.autograd.Function):
-    """NS5 of ``x`` ``[batch, m, n]`` (m <= n), normalisation included. Saves x and its norm;
-    backward recomputes the iterates (memory O(one call), not O(5 steps) per saved call)."""
+    """NS5 of ``x`` ``[batch, m, n]`` (m <= n), normalisation included. Saves x and its norm,
+    and the iterates only when asked (``save_iterates``); otherwise backward recomputes them."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, steps: int, eps: float) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, steps: int, eps: float, save_iterates: bool) -> torch.Tensor:
         wide = x.to(compute_dtype(x))  # x itself is saved: no fp32 copy outlives the call
         norm = safe_frobenius_norm(wide)
-        out, _ = _iterate(wide / (norm + eps), steps, keep=False)  # runs without grad
-        ctx.save_for_backward(x, norm)
+        out, iterates = _iterate(wide / (norm + eps), steps, keep=save_iterates)
+        ctx.save_for_backward(x, norm, *[t for step in iterates for t in step])
         ctx.steps, ctx.eps = steps, eps
         return out.to(x.dtype)
 
@@ -95,9 +95,12 @@ class _NewtonSchulz5(torch.autograd.Function):
         #   dX = a dY + P dY + (dG + dG^T) X,  dP = dY X^T,  dG = b dP + c (dP G + G dP).
         # With Q = dP + dP^T (symmetric): dG + dG^T = b Q + c (Q G + (Q G)^T): one m^3 product.
         a, b, c = NS5_COEFFICIENTS
-        x, norm = ctx.saved_tensors
+        x, norm, *saved = ctx.saved_tensors
         wide, grad = x.to(norm.dtype), grad.to(norm.dtype)
-        _, iterates = _iterate(wide / (norm + ctx.eps), ctx.steps, keep=True)
+        if saved:
+            iterates = [saved[i : i + 3] for i in range(0, len(saved), 3)]
+        else:
+            _, iterates = _iterate(wide / (norm + ctx.eps), ctx.steps, keep=True)
         for x_k, gram, poly in reversed(iterates):
             d_poly = torch.bmm(grad, x_k.transpose(-1, -2))
             sym = d_poly + d_poly.transpose(-1, -2)
@@ -111,15 +114,20 @@ class _NewtonSchulz5(torch.autograd.Function):
         inner = (grad * wide).sum(dim=(-2, -1), keepdim=True)
         safe_norm = torch.where(norm > 0, norm, 1.0)
         d_x = scale * grad - torch.where(norm > 0, scale**2 * inner / safe_norm, 0.0) * wide
-        return d_x.to(x.dtype), None, None
+        return d_x.to(x.dtype), None, None, None
 
 
-def newton_schulz5(x: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+def newton_schulz5(
+    x: torch.Tensor, steps: int = 5, eps: float = 1e-7, *, save_iterates: bool = False
+) -> torch.Tensor:
     """The same function as ``newton_schulz5_reference``: fused steps, and a backward that
-    recomputes the iterates from the saved input."""
+    recomputes the iterates from the saved input -- unless ``save_iterates``, which keeps
+    them instead: right inside activation checkpointing, whose recompute already re-runs
+    this forward just before the backward (and whose first forward keeps nothing)."""
     _check_matrix(x)
     tall = x.shape[-2] > x.shape[-1]
     wide = x.transpose(-1, -2) if tall else x
     shape = wide.shape
-    out = _NewtonSchulz5.apply(wide.reshape(-1, *shape[-2:]), steps, eps).reshape(shape)
+    flat = wide.reshape(-1, *shape[-2:])
+    out = _NewtonSchulz5.apply(flat, steps, eps, save_iterates).reshape(shape)
     return out.transpose(-1, -2) if tall else out

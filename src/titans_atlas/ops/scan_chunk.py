@@ -13,6 +13,7 @@ at chunk n's base weights.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -170,7 +171,8 @@ def memory_scan_chunk(
         coefs, step = momentum_coefficients(grid_gates, options.read), momentum_chunk_step
     else:
         per_chunk = options.update_rule == "muon_chunk"
-        coefs, step = muon_coefficients(grid_gates, options.read, per_chunk), muon_chunk_step
+        coefs = muon_coefficients(grid_gates, options.read, per_chunk)
+        step = partial(muon_chunk_step, checkpointed=options.checkpoint)
     q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
