@@ -1,14 +1,18 @@
 """Benchmark ``memory_scan``: tokens/s, peak memory and fraction of the matmul peak.
 
     python benchmarks/memory_scan.py                 # everything, 2 threads, fp32
-    python benchmarks/memory_scan.py --only titans   # or: atlas, auto
+    python benchmarks/memory_scan.py --only titans   # or: atlas, muon, auto
+    python benchmarks/memory_scan.py --only muon --tokens 64   # small sizes, a quick look
 
 Configurations (issues 2 and 3):
 * titans: dim 384, one head, MLP memory 384 -> 1536 -> 384 (GELU), chunk 64, 2048 tokens,
   batch 1, against the per-token reference and against lucidrains' titans-pytorch 0.5.5 run
   from its own virtual environment (``benchmarks/external/setup_titans_pytorch.sh``).
 * atlas: residual MLP memory 64 -> 256 -> 64 per head, 4 heads, 512 tokens, chunk 8, Omega
-  window 8, per-token Muon (forward+backward with per-chunk activation checkpointing).
+  window 8, per-token Muon; forward+backward without and with per-chunk checkpointing.
+* muon: the cost of per-token Muon against the NS5 FLOP count at the atlas geometry: NS5 alone
+  on one chunk's momenta, and the whole scan's time per token set against the NS5 FLOPs it
+  must do per token (analytic count; fraction of the measured matmul peak).
 * auto: one decoding step (T = 1) and short calls through each form, to place ``impl="auto"``.
 
 FLOPs are counted with torch's FlopCounterMode over the actual forward (and backward) matmuls,
@@ -24,6 +28,7 @@ import json
 import statistics
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -32,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness
-from titans_atlas.ops import MLPMemory, memory_scan
+from titans_atlas.ops import MLPMemory, memory_scan, newton_schulz5
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTERNAL_PYTHON = ROOT.parent / "venvs" / "titans-pytorch" / "bin" / "python"
@@ -57,7 +62,7 @@ CONFIGS = {
         tokens=512,
         window=8,
         muon=True,
-        checkpoint=True,
+        checkpoint=False,
     ),
 }
 # atlas-torch at the atlas geometry, as measured on this kind of machine (issue 3); it
@@ -224,10 +229,14 @@ def run_titans(args, peak: float) -> list[dict]:
 
 
 def run_atlas(args, peak: float) -> list[dict]:
+    config = CONFIGS["atlas"]
     rows = [
-        measure(CONFIGS["atlas"], mode, "chunk", args.repeats, args.threads)
+        measure(config, mode, "chunk", args.repeats, args.threads, args.tokens)
         for mode in ("fwd", "fwdbwd")
     ]
+    checkpointed = {**config, "checkpoint": True}
+    row = measure(checkpointed, "fwdbwd", "chunk", args.repeats, args.threads, args.tokens)
+    rows.append({**row, "impl": row["impl"] + " checkpoint=True"})
     print(table(rows, peak))
     for row in rows:
         ratio = row["tokens_per_s"] / ATLAS_TORCH_ANCHOR[row["mode"]]
@@ -235,6 +244,62 @@ def run_atlas(args, peak: float) -> list[dict]:
             f"  {row['mode']}: {ratio:.0f}x the atlas-torch anchor "
             f"({ATLAS_TORCH_ANCHOR[row['mode']]} tokens/s)"
         )
+    return rows
+
+
+def ns5_flops(m: int, n: int, mode: str) -> int:
+    """Matmul FLOPs of NS5 on one m x n matrix (m <= n). Each of the 5 steps: G = X X^T
+    (2 m^2 n), b G + c G^2 (2 m^3), P X (2 m^2 n). The backward recomputes the forward, then
+    per step dP = dY X^T, P dY, dG X (3 x 2 m^2 n) and Q G (2 m^3)."""
+    step = 4 * m * m * n + 2 * m**3
+    backward = 6 * m * m * n + 2 * m**3
+    return 5 * step if mode == "fwd" else 5 * (2 * step + backward)
+
+
+def build_ns5(shape: tuple[int, int, int], mode: str):
+    x = torch.randn(shape, requires_grad=mode == "fwdbwd")
+    if mode == "fwd":
+        return lambda: _no_grad(lambda: newton_schulz5(x))
+    probe = torch.randn(shape)
+
+    def step():
+        (newton_schulz5(x) * probe).sum().backward()
+        x.grad = None
+
+    return step
+
+
+def run_muon(args, peak: float) -> list[dict]:
+    """Per-token Muon at the atlas geometry against its NS5 FLOPs (fraction of matmul peak)."""
+    c = CONFIGS["atlas"]
+    tokens = args.tokens or c["tokens"]
+    memory = MLPMemory(c["dim"], c["dim"], expansion=c["expansion"], residual=c["residual"])
+    wide = Counter(tuple(sorted(s)) for s in memory.weight_shapes().values())
+    rows = []
+    for mode in ("fwd", "fwdbwd"):
+        for (m, n), count in wide.items():  # one chunk's momenta go through NS5 in one call
+            shape = (count * c["heads"] * c["chunk"], m, n)
+            seconds = _harness.time_callable(build_ns5(shape, mode), repeats=args.repeats).median_s
+            flops = shape[0] * ns5_flops(m, n, mode)
+            what = f"NS5 alone, one chunk: {shape[0]} x {m} x {n}"
+            rows.append(dict(what=what, mode=mode, ms=1e3 * seconds, gflop=flops / 1e9))
+        per_token = c["heads"] * sum(k * ns5_flops(m, n, mode) for (m, n), k in wide.items())
+        step = build_step(c, mode, "chunk", tokens)
+        seconds = _harness.time_callable(step, repeats=args.repeats).median_s / tokens
+        what = f"memory_scan, per token ({tokens} tokens)"
+        rows.append(dict(what=what, mode=mode, ms=1e3 * seconds, gflop=per_token / 1e9))
+    lines = [
+        "| what | mode | ms | NS5 GFLOP | NS5 GFLOP/s | % of peak |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rate = r["gflop"] / (r["ms"] / 1e3)
+        r.update(ns5_gflop_per_s=rate, fraction_of_peak=rate / peak)
+        lines.append(
+            f"| {r['what']} | {r['mode']} | {r['ms']:.2f} | {r['gflop']:.3f} | {rate:.1f} | "
+            f"{100 * rate / peak:.0f}% |"
+        )
+    print("\n".join(lines))
     return rows
 
 
@@ -256,7 +321,10 @@ def run_auto(args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("titans", "atlas", "auto"))
+    parser.add_argument("--only", choices=("titans", "atlas", "muon", "auto"))
+    parser.add_argument(
+        "--tokens", type=int, default=None, help="tokens for atlas/muon (default: 512)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved speed-up rounds")
@@ -265,7 +333,7 @@ def main() -> None:
     peak = _harness.matmul_peak_gflops(2048)
     print(f"fp32 matmul peak, {args.threads} threads: {peak:.1f} GFLOP/s (2048^3, median of 5)")
     results = {"threads": args.threads, "matmul_peak_gflops": peak, "torch": torch.__version__}
-    for name, run in (("titans", run_titans), ("atlas", run_atlas)):
+    for name, run in (("titans", run_titans), ("atlas", run_atlas), ("muon", run_muon)):
         if args.only in (None, name):
             print(f"\n## {name}")
             results[name] = run(args, peak)

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from titans_atlas.ops import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory, memory_scan
+
+
+@dataclass(frozen=True)
+class AffineMemory(MemoryModel):
+    """f(W, x) = x W1 + b, the bias a 1 x Dv weight read through a constant 1 (a test memory).
+
+    Every library memory has f(W, 0) = 0, so a zero key and value -- the Omega halo before the
+    stream start -- has zero gradient, and dropping those taps is invisible. Here f(W, 0) = b,
+    so the gradient of a tap at the zero halo is b^T b-shaped and not zero: a scan that forgets
+    to drop taps before the stream start gives a different result.
+    """
+
+    dim_in: int
+    dim_out: int
+
+    def weight_shapes(self) -> dict[str, tuple[int, int]]:
+        return {"w1": (self.dim_in, self.dim_out), "bias": (1, self.dim_out)}
+
+    def forward_with(self, linear, x: torch.Tensor) -> torch.Tensor:
+        return linear("w1", x) + linear("bias", x.new_ones(*x.shape[:-1], 1))
+
+    def grad_factors(self, weights, k: torch.Tensor, v: torch.Tensor):
+        delta = k @ weights["w1"] + weights["bias"] - v  # bias [B, H, 1, Dv] over the tokens
+        return {"w1": (k, delta), "bias": (k.new_ones(*k.shape[:-1], 1), delta)}
+
 
 MEMORIES = {
     "linear": LinearMemory(dim_in=5, dim_out=3),
@@ -15,6 +42,7 @@ MEMORIES = {
     ),
     "gated": GatedMLPMemory(dim_in=5, dim_out=3, expansion=2),
     "gated-res": GatedMLPMemory(dim_in=5, dim_out=5, expansion=2, residual=True),
+    "affine": AffineMemory(dim_in=5, dim_out=3),  # f(W, 0) != 0
 }
 INPUT_NAMES = ("q", "k", "v", "lr", "momentum", "decay", "omega_gate")
 

@@ -27,13 +27,14 @@ from titans_atlas.ops import (
     newton_schulz5_reference,
     polynomial_features,
     polynomial_width,
+    update_rule_from_muon,
 )
 
 
 @pytest.mark.parametrize("read", ["after", "before"])
 @pytest.mark.parametrize("window", [2, 3, 8])
 @pytest.mark.parametrize("chunk_size", [1, 3, 5])
-@pytest.mark.parametrize("memory_id", ["linear", "mlp", "gated-res"])
+@pytest.mark.parametrize("memory_id", ["linear", "mlp", "gated-res", "affine"])
 def test_omega_chunk_equals_reference(memory_id, chunk_size, window, read):
     """Windows crossing chunk boundaries; gradients include the Omega gates."""
     memory, inputs, weights, momentum = setup_case(memory_id, length=13, window=window)
@@ -84,6 +85,19 @@ def test_streaming_with_halo_equals_one_call(chunk_size, window, muon):
             assert torch.equal(state.halo_keys, inputs["k"][:, 1 - window :].transpose(1, 2))
         else:
             assert state.halo_keys is None
+
+
+@pytest.mark.parametrize(
+    "muon, rule", [(False, "momentum"), (True, "muon"), ("token", "muon"), ("chunk", "muon_chunk")]
+)
+def test_update_rule_names_the_muon_spellings(muon, rule):
+    assert update_rule_from_muon(muon) == rule
+    memory, inputs, weights, _ = setup_case("mlp", length=9, window=2)
+    state = fresh_state(memory, weights, 2)
+    y_muon, s_muon = scan(memory, inputs, state, chunk_size=4, omega_window=2, muon=muon)
+    y_rule, s_rule = scan(memory, inputs, state, chunk_size=4, omega_window=2, update_rule=rule)
+    assert_close(y_rule, y_muon, rtol=0)
+    assert_states_close(s_rule, s_muon, rtol=0)
 
 
 @pytest.mark.parametrize("muon", [False, True])
@@ -223,10 +237,3 @@ def test_polynomial_coefficients_scale_blocks_and_get_gradients():
     phi = polynomial_features(torch.randn(4, 3, dtype=torch.float64), 3, coefficients)
     phi.sum().backward()
     assert (coefficients.grad != 0).all()
-
-
-def test_polynomial_map_bad_input():
-    with pytest.raises(ValueError, match="degree"):
-        polynomial_features(torch.randn(3, 4), 0)
-    with pytest.raises(ValueError, match="coefficients"):
-        polynomial_features(torch.randn(3, 4), 2, torch.ones(2))

@@ -56,29 +56,3 @@ def test_residual_memory_reads_identity_plus_mlp():
     weights = {n: torch.zeros_like(w) for n, w in memory.init_weights(2).items()}
     x = torch.randn(1, 2, 3, 8)
     assert torch.equal(memory.forward(weights, x), x)
-
-
-@pytest.mark.parametrize(
-    "make, argument",
-    [
-        (lambda: MLPMemory(4, 5, residual=True), "residual"),
-        (lambda: GatedMLPMemory(4, 5, residual=True), "residual"),
-        (lambda: MLPMemory(4, 4, depth=1), "depth"),
-        (lambda: MLPMemory(4, 4, activation="relu"), "activation"),
-        (lambda: MLPMemory(4, 4, expansion=0), "expansion"),
-        (lambda: LinearMemory(0, 4), "dim_in"),
-        (lambda: LinearMemory(4, 4).init_weights(0), "num_heads"),
-    ],
-)
-def test_bad_construction_names_the_argument(make, argument):
-    with pytest.raises(ValueError, match=argument):
-        make()
-
-
-def test_mismatched_weights_are_rejected():
-    memory = MLPMemory(4, 4)
-    weights = memory.init_weights(2)
-    with pytest.raises(ValueError, match="weights"):
-        memory.initial_state({"w1": weights["w1"]}, 2)
-    with pytest.raises(ValueError, match="w2"):
-        memory.initial_state({**weights, "w2": torch.zeros(2, 3, 3)}, 2)

@@ -4,6 +4,7 @@ and the gradients of every input, of the initial weights and of the initial mome
 import pytest
 import torch
 
+import titans_atlas.ops.scan as scan_module
 from helpers import (
     MEMORIES,
     assert_close,
@@ -40,20 +41,37 @@ def test_chunk_equals_reference_from_mid_chunk_state(memory_id, offset):
     check_parity(results)
 
 
+@pytest.mark.parametrize("rule", ["momentum", "muon", "muon_chunk"])
 @pytest.mark.parametrize("memory_id", ["mlp", "gated"])
-def test_checkpointing_changes_nothing(memory_id):
-    memory, inputs, weights, momentum = setup_case(memory_id, length=20)
-    plain = run_both(memory, inputs, weights, momentum, chunk_size=4)[1]
-    ckpt = run_both(memory, inputs, weights, momentum, chunk_size=4, checkpoint=True)[1]
+def test_checkpointing_changes_nothing(memory_id, rule):
+    memory, inputs, weights, momentum = setup_case(memory_id, length=20, window=2)
+    kwargs = dict(chunk_size=4, omega_window=2, update_rule=rule)
+    plain = run_both(memory, inputs, weights, momentum, **kwargs)[1]
+    ckpt = run_both(memory, inputs, weights, momentum, checkpoint=True, **kwargs)[1]
     check_parity([plain, ckpt], rtol=1e-12)
 
 
-@pytest.mark.parametrize("length", [1, 2, 9])
-def test_auto_picks_an_exact_path(length):
+AUTO_CASES = [(4, 1, "reference"), (4, 2, "chunk"), (64, 4, "reference"), (64, 5, "chunk")]
+
+
+@pytest.mark.parametrize("chunk_size, length, expected", AUTO_CASES)
+def test_auto_picks_the_loop_for_short_calls_and_stays_exact(
+    monkeypatch, chunk_size, length, expected
+):
+    """impl="auto" runs the per-token loop for at most max(1, C // 16) tokens."""
     memory, inputs, weights, _ = setup_case("mlp", length)
     state = memory.initial_state(weights, 2)
-    y_auto, s_auto = scan(memory, inputs, state, chunk_size=4, impl="auto")
-    y_ref, s_ref = scan(memory, inputs, state, chunk_size=4, impl="reference")
+    called = []
+    for name, form in list(scan_module.IMPLS.items()):
+
+        def spy(*args, _form=form, _name=name, **kwargs):
+            called.append(_name)
+            return _form(*args, **kwargs)
+
+        monkeypatch.setitem(scan_module.IMPLS, name, spy)
+    y_auto, s_auto = scan(memory, inputs, state, chunk_size=chunk_size, impl="auto")
+    assert called == [expected]
+    y_ref, s_ref = scan(memory, inputs, state, chunk_size=chunk_size, impl="reference")
     assert_close(y_auto, y_ref)
     assert_states_close(s_auto, s_ref)
 

@@ -2,12 +2,14 @@
 form at C = 1 equals the fully sequential rule computed with autograd (an independent oracle)."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
 
 from helpers import (
     MEMORIES,
+    AffineMemory,
     assert_close,
     assert_states_close,
     fresh_state,
@@ -62,9 +64,10 @@ def test_empty_piece_leaves_the_state_unchanged():
     assert_states_close(after, state, rtol=0)
 
 
-def sequential_oracle(memory, weights, inputs, chunk_size, read="after"):
-    """Titans eqs. 13-14 with autograd for the surprise: an implementation sharing nothing
-    with the library but the memory's forward."""
+def sequential_oracle(memory, weights, inputs, chunk_size, read="after", window=1):
+    """Titans eqs. 13-14 with the Omega rule and autograd for the surprise: an implementation
+    sharing nothing with the library but the memory's forward. Tap j of token t is dropped
+    when t - j < 0 (before the stream start)."""
     q, k, v = (inputs[n] for n in ("q", "k", "v"))
     batch, length = q.shape[:2]
     current = {n: w.expand(batch, *w.shape).clone() for n, w in weights.items()}
@@ -75,8 +78,11 @@ def sequential_oracle(memory, weights, inputs, chunk_size, read="after"):
             base = current
         leaves = {n: w.detach().requires_grad_() for n, w in base.items()}
         with torch.enable_grad():
-            pred = memory.forward(leaves, k[:, t, :, None])
-            loss = 0.5 * ((pred - v[:, t, :, None]) ** 2).sum()
+            loss = 0.0
+            for j in range(min(window, t + 1)):
+                gamma = inputs["omega_gate"][:, t, :, j, None, None] if window > 1 else 1.0
+                pred = memory.forward(leaves, k[:, t - j, :, None])
+                loss = loss + (gamma * 0.5 * (pred - v[:, t - j, :, None]) ** 2).sum()
             grads = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
         theta, eta, alpha = (inputs[n][:, t, :, None, None] for n in ("lr", "momentum", "decay"))
         previous = current
@@ -97,6 +103,23 @@ def test_chunked_form_equals_sequential_oracle(memory_id, chunk_size):
     y, state = scan(
         memory, inputs, memory.initial_state(weights, 2), chunk_size=chunk_size, impl="chunk"
     )
+    assert_close(y, y_oracle, name="y")
+    for name in weights:
+        assert_close(state.weights[name], w_oracle[name], name=name)
+
+
+@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("chunk_size", [1, 4])
+def test_omega_taps_before_the_stream_start_are_dropped(impl, chunk_size):
+    """With f(W, 0) != 0 a tap on the zero halo has a non-zero gradient: both forms must drop
+    the taps with t - j < 0, as the oracle does (a memory with f(W, 0) = 0 cannot tell)."""
+    memory, window = AffineMemory(dim_in=5, dim_out=3), 3
+    inputs = random_inputs(memory, length=9, window=window)
+    weights = random_weights(memory, 2)
+    y_oracle, w_oracle = sequential_oracle(memory, weights, inputs, chunk_size, window=window)
+    state = memory.initial_state(weights, 2)
+    kwargs = dict(chunk_size=chunk_size, omega_window=window, impl=impl)
+    y, state = scan(memory, inputs, state, **kwargs)
     assert_close(y, y_oracle, name="y")
     for name in weights:
         assert_close(state.weights[name], w_oracle[name], name=name)
@@ -173,15 +196,22 @@ def test_empty_call_on_a_chunk_boundary(impl):
     assert y.shape == (2, 0, 2, 3) and after is state
 
 
-def test_a_fresh_stream_takes_any_omega_window():
-    """Before the first token the halo is all zeros: a new window must not inherit a stale one."""
-    memory = MEMORIES["mlp"]
-    inputs = random_inputs(memory, length=6)
+@pytest.mark.parametrize("window", [1, 2, 4])
+def test_a_fresh_stream_ignores_a_stale_halo(window):
+    """Before the first token the halo is all zeros, whatever a position-0 state carries (here
+    the halo of a window of 3, filled with noise): any window may start a stream."""
+    memory = MEMORIES["affine"]  # f(W, 0) != 0: halo values would show
+    inputs = random_inputs(memory, length=6, window=window)
     fresh = memory.initial_state(random_weights(memory, 2), 2)
-    _, empty = scan(
-        memory, random_inputs(memory, length=0, window=3), fresh, chunk_size=4, omega_window=3
+    stale = replace(
+        fresh,
+        halo_keys=torch.randn(2, 2, 2, 5, dtype=torch.float64),
+        halo_values=torch.randn(2, 2, 2, 3, dtype=torch.float64),
+        omega_window=3,
     )
     for impl in ("chunk", "reference"):
-        y_empty, _ = scan(memory, inputs, empty, chunk_size=4, impl=impl)
-        y_fresh, _ = scan(memory, inputs, fresh, chunk_size=4, impl=impl)
-        assert_close(y_empty, y_fresh, rtol=0)
+        kwargs = dict(chunk_size=4, omega_window=window, impl=impl)
+        y_stale, s_stale = scan(memory, inputs, stale, **kwargs)
+        y_fresh, s_fresh = scan(memory, inputs, fresh, **kwargs)
+        assert_close(y_stale, y_fresh, rtol=0)
+        assert_states_close(s_stale, s_fresh, rtol=0)

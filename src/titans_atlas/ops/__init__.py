@@ -5,20 +5,37 @@ width, Dh hidden width, C chunk size, N chunks, c Omega window. Functional layou
 ``[B, T, H, D]``; memory weights and momenta ``[B, H, d_in, d_out]``.
 """
 
+from .checks import validating, value_checks_enabled
 from .feature_maps import default_polynomial_coefficients, polynomial_features, polynomial_width
-from .memory_models import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory
+from .memory_models import ACTIVATIONS, GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory
 from .newton_schulz import newton_schulz5, newton_schulz5_reference
+from .options import (
+    MUON_VALUES,
+    READ_MODES,
+    SCAN_IMPLS,
+    UPDATE_RULES,
+    MemoryGates,
+    ScanOptions,
+    update_rule_from_muon,
+)
 from .scan import memory_scan
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
 from .state import MemoryState
 
 __all__ = [
+    "ACTIVATIONS",
+    "MUON_VALUES",
+    "READ_MODES",
+    "SCAN_IMPLS",
+    "UPDATE_RULES",
     "GatedMLPMemory",
     "LinearMemory",
     "MLPMemory",
+    "MemoryGates",
     "MemoryModel",
     "MemoryState",
+    "ScanOptions",
     "default_polynomial_coefficients",
     "memory_scan",
     "memory_scan_chunk",
@@ -27,4 +44,7 @@ __all__ = [
     "newton_schulz5_reference",
     "polynomial_features",
     "polynomial_width",
+    "update_rule_from_muon",
+    "validating",
+    "value_checks_enabled",
 ]

@@ -1,9 +1,11 @@
-"""The end-of-chunk state update with a fused backward (used by the chunked scan).
+"""The end-of-chunk update of rule "momentum" with a fused backward (for the chunked scan).
 
-Axes: G = B * H independent memories, P = d_in x d_out one weight matrix, U key columns.
+Axes: G = B * H independent memories, m x n one weight matrix, U key columns. Symbols as in
+docs/memory.md (section 4, "Chunk end"); arguments are named like the ``MomentumCoefficients``
+fields they come from:
 
-    W' = beta W + carry S - a^T p          (W_end of docs/memory.md, section 4)
-    S' = eta S - a^T r
+    W_end = end_keep W0 + end_momentum S0 - a^T end_rows     beta_{C-1}, mu_{C-1}, K[C-1, u] b_u
+    S_end = momentum_carry S0 - a^T momentum_rows            e_{C-1}, kappa_u b_u
 
 Autograd through the plain expression spends ~15 elementwise passes over the weight-sized
 tensors in backward (scalar broadcasts, sign flips, accumulations); this backward needs about
@@ -23,46 +25,69 @@ def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 class _DecayedRankUpdate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, weights, momentum, beta, carry, eta, at, p, r):
-        new_weights = weights * beta
-        new_weights.addcmul_(momentum, carry).baddbmm_(at, p, alpha=-1.0)
-        new_momentum = (momentum * eta).baddbmm_(at, r, alpha=-1.0)
-        ctx.save_for_backward(weights, momentum, beta, carry, eta, at, p, r)
+    def forward(
+        ctx, weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows
+    ):
+        new_weights = weights * end_keep
+        new_weights.addcmul_(momentum, end_momentum).baddbmm_(a_t, end_rows, alpha=-1.0)
+        new_momentum = (momentum * momentum_carry).baddbmm_(a_t, momentum_rows, alpha=-1.0)
+        ctx.save_for_backward(
+            weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows
+        )
         return new_weights, new_momentum
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_weights, d_momentum):
-        weights, momentum, beta, carry, eta, at, p, r = ctx.saved_tensors
-        d_weights, d_momentum = d_weights.contiguous(), d_momentum.contiguous()
-        grads = (
-            d_weights * beta,  # weights
-            torch.addcmul(d_weights * carry, d_momentum, eta),  # momentum
-            _dot(d_weights, weights),  # beta
-            _dot(d_weights, momentum),  # carry
-            _dot(d_momentum, momentum),  # eta
-            torch.baddbmm(d_weights @ p.transpose(1, 2), d_momentum, r.transpose(1, 2)).neg_(),
-            -(at.transpose(1, 2) @ d_weights),  # p
-            -(at.transpose(1, 2) @ d_momentum),  # r
+        weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows = (
+            ctx.saved_tensors
         )
-        return grads
+        d_weights, d_momentum = d_weights.contiguous(), d_momentum.contiguous()
+        d_a_t = torch.baddbmm(
+            d_weights @ end_rows.transpose(1, 2), d_momentum, momentum_rows.transpose(1, 2)
+        ).neg_()
+        return (
+            d_weights * end_keep,  # weights
+            torch.addcmul(d_weights * end_momentum, d_momentum, momentum_carry),  # momentum
+            _dot(d_weights, weights),  # end_keep
+            _dot(d_weights, momentum),  # end_momentum
+            _dot(d_momentum, momentum),  # momentum_carry
+            d_a_t,
+            -(a_t.transpose(1, 2) @ d_weights),  # end_rows
+            -(a_t.transpose(1, 2) @ d_momentum),  # momentum_rows
+        )
 
 
 def decayed_rank_update(
     weights: torch.Tensor,
     momentum: torch.Tensor,
-    beta: torch.Tensor,
-    carry: torch.Tensor,
-    eta: torch.Tensor,
-    at: torch.Tensor,
-    p: torch.Tensor,
-    r: torch.Tensor,
+    *,
+    end_keep: torch.Tensor,
+    end_momentum: torch.Tensor,
+    momentum_carry: torch.Tensor,
+    a_t: torch.Tensor,
+    end_rows: torch.Tensor,
+    momentum_rows: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(beta W + carry S - at @ p, eta S - at @ r)`` for ``[G, m, n]`` matrices, ``[G, 1, 1]``
-    scalars, ``at`` ``[G, m, U]``, ``p``/``r`` ``[G, U, n]``."""
-    return _DecayedRankUpdate.apply(weights, momentum, beta, carry, eta, at, p, r)
+    """``(W_end, S_end)`` for ``[G, m, n]`` weights W0 and momentum S0, ``[G, 1, 1]`` scalars
+    ``end_keep``, ``end_momentum``, ``momentum_carry``, ``a_t`` ``[G, m, U]`` and
+    ``end_rows`` / ``momentum_rows`` ``[G, U, n]``."""
+    return _DecayedRankUpdate.apply(
+        weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows
+    )
 
 
-def decayed_rank_update_reference(weights, momentum, beta, carry, eta, at, p, r):
+def decayed_rank_update_reference(
+    weights: torch.Tensor,
+    momentum: torch.Tensor,
+    *,
+    end_keep: torch.Tensor,
+    end_momentum: torch.Tensor,
+    momentum_carry: torch.Tensor,
+    a_t: torch.Tensor,
+    end_rows: torch.Tensor,
+    momentum_rows: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same expression, differentiated by autograd (the parity oracle)."""
-    return beta * weights + carry * momentum - at @ p, eta * momentum - at @ r
+    new_weights = end_keep * weights + end_momentum * momentum - a_t @ end_rows
+    return new_weights, momentum_carry * momentum - a_t @ momentum_rows

@@ -5,10 +5,13 @@ Axes: B batch, H heads, N chunks, C chunk size, c Omega window, U = C + c - 1 ke
 materialised (C for per-token Muon, 1 for per-chunk Muon).
 
 Inside chunk n every weight is a combination of the chunk's start weights W0, start momentum
-S0 and the per-token gradients a_u^T b_u taken at the base weights:
+S0 and the per-token gradients g_u = a_u^T b_u taken at the base weights (symbols as in the
+table at the top of docs/memory.md):
 
-    W_i = read_decay_i W0 + read_momentum_i S0 - sum_u read_grad_iu a_u^T b_u      (plain)
-    W_i = read_decay_i W0 - sum_m read_update_im NS5(S_m)                            (Muon)
+    W_i = beta_i W0 + mu_i S0 - sum_u K[i, u] g_u          (rule "momentum", eq. 2-3)
+    S_end = e_{C-1} S0 - sum_u kappa_u g_u
+    S_m = e_m S0 + sum_u (E Gamma)[m, u] g_u                (rules "muon", "muon_chunk")
+    W_i = beta_i W0 - sum_m P[i, m] NS5(S_m)
 
 Products of gates are built in log space from segment sums, and everything that must vanish
 is masked to -inf *before* exp (masking after exp meets 0 * inf = NaN on underflow).
@@ -68,24 +71,24 @@ def _shift_rows(x: torch.Tensor, first: float, dim: int) -> torch.Tensor:
 
 
 @dataclass
-class Gates:
+class ChunkGates:
     """Gates laid out on the chunk grid; padding rows are identity steps."""
 
-    lr: torch.Tensor  # theta [B, H, N, C], 0 on padding
-    log_momentum: torch.Tensor  # log eta [B, H, N, C], 0 on padding
-    log_keep: torch.Tensor  # log(1 - alpha) [B, H, N, C], 0 on padding
+    lr: torch.Tensor  # theta_s [B, H, N, C], 0 on padding
+    log_momentum: torch.Tensor  # log eta_s [B, H, N, C], 0 on padding
+    log_keep: torch.Tensor  # log(1 - alpha_s) [B, H, N, C], 0 on padding
     valid: torch.Tensor  # bool [N, C], False on padding
-    band: torch.Tensor | None  # Omega gates as a band [B, H, N, C, U]; None = identity (c = 1)
+    band: torch.Tensor | None  # Gamma [B, H, N, C, U]; None = identity (c = 1)
 
 
-def _decay_matrices(gates: Gates) -> tuple[torch.Tensor, ...]:
-    """keep: A [i, m] = prod_{r=m+1}^{i} (1 - alpha_r), zero on padding columns m;
-    carry: E [m, s] = prod_{r=s+1}^{m} eta_r; and their from-the-chunk-start cumulative forms."""
+def _gate_products(gates: ChunkGates) -> tuple[torch.Tensor, ...]:
+    """keep A[i, m] = prod_{r=m+1}^{i} (1 - alpha_r), zero on padding columns m;
+    carry E[m, s] = prod_{r=s+1}^{m} eta_r; keep_from_start beta_i and carry_from_start e_i."""
     keep_log = segment_sum(gates.log_keep).masked_fill(~gates.valid[..., None, :], float("-inf"))
-    keep = torch.exp(keep_log)
-    carry = torch.exp(segment_sum(gates.log_momentum))
-    keep_from_start = torch.exp(gates.log_keep.cumsum(-1))
-    carry_from_start = torch.exp(gates.log_momentum.cumsum(-1))
+    keep = torch.exp(keep_log)  # A [.., C, C]
+    carry = torch.exp(segment_sum(gates.log_momentum))  # E [.., C, C]
+    keep_from_start = torch.exp(gates.log_keep.cumsum(-1))  # beta [.., C]
+    carry_from_start = torch.exp(gates.log_momentum.cumsum(-1))  # e [.., C]
     return keep, carry, keep_from_start, carry_from_start
 
 
@@ -95,73 +98,81 @@ def _apply_band(coef: torch.Tensor, band: torch.Tensor | None) -> torch.Tensor:
 
 
 @dataclass
-class PlainCoefficients:
-    read_decay: torch.Tensor  # [B, H, N, C]
-    read_momentum: torch.Tensor  # [B, H, N, C]
-    read_grad: torch.Tensor  # [B, H, N, C, U]
-    end_decay: torch.Tensor  # [B, H, N]
-    end_momentum: torch.Tensor  # [B, H, N]
-    end_grad: torch.Tensor  # [B, H, N, U]
-    momentum_decay: torch.Tensor  # [B, H, N]
-    momentum_grad: torch.Tensor  # [B, H, N, U]
+class MomentumCoefficients:
+    """Rule "momentum": W_i = beta_i W0 + mu_i S0 - sum_u K[i, u] g_u, row i read by token i
+    (shifted one row down for read "before"); the chunk's end is row C - 1."""
+
+    read_keep: torch.Tensor  # beta_i [B, H, N, C]
+    read_momentum: torch.Tensor  # mu_i [B, H, N, C]
+    read_grad: torch.Tensor  # K[i, u] [B, H, N, C, U]
+    end_keep: torch.Tensor  # beta_{C-1} [B, H, N]
+    end_momentum: torch.Tensor  # mu_{C-1} [B, H, N]
+    end_grad: torch.Tensor  # K[C-1, u] [B, H, N, U]
+    momentum_carry: torch.Tensor  # e_{C-1} [B, H, N]: S_end = e_{C-1} S0 - sum_u kappa_u g_u
+    momentum_grad: torch.Tensor  # kappa_u [B, H, N, U]
 
 
-def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
+def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
     """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
-    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
-    momentum_into_weights = (keep @ carry_from_start.unsqueeze(-1)).squeeze(-1)
-    grad = _apply_band((keep @ carry) * gates.lr.unsqueeze(-2), gates.band)  # [.., C, U]
-    momentum_grad = _apply_band(carry[..., -1:, :] * gates.lr.unsqueeze(-2), gates.band)
-    read_decay, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
+    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
+    momentum_into_weights = (keep @ carry_from_start.unsqueeze(-1)).squeeze(-1)  # mu [.., C]
+    # K = A E diag(theta) Gamma [.., C, U]; kappa = E[C-1] diag(theta) Gamma [.., U]
+    grad_into_weights = _apply_band((keep @ carry) * gates.lr.unsqueeze(-2), gates.band)
+    grad_into_momentum = _apply_band(carry[..., -1:, :] * gates.lr.unsqueeze(-2), gates.band)
+    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad_into_weights
     if read == "before":
-        read_decay = _shift_rows(read_decay, 1.0, dim=-1)
+        read_keep = _shift_rows(read_keep, 1.0, dim=-1)
         read_momentum = _shift_rows(read_momentum, 0.0, dim=-1)
         read_grad = _shift_rows(read_grad, 0.0, dim=-2)
-    return PlainCoefficients(
-        read_decay=read_decay,
+    return MomentumCoefficients(
+        read_keep=read_keep,
         read_momentum=read_momentum,
         read_grad=read_grad,
-        end_decay=keep_from_start[..., -1],
+        end_keep=keep_from_start[..., -1],
         end_momentum=momentum_into_weights[..., -1],
-        end_grad=grad[..., -1, :],
-        momentum_decay=carry_from_start[..., -1],
-        momentum_grad=momentum_grad.squeeze(-2),
+        end_grad=grad_into_weights[..., -1, :],
+        momentum_carry=carry_from_start[..., -1],
+        momentum_grad=grad_into_momentum.squeeze(-2),
     )
 
 
 @dataclass
 class MuonCoefficients:
-    rows_momentum: torch.Tensor  # [B, H, N, M]: S_m = rows_momentum_m S0 + sum_u rows_grad_mu G_u
-    rows_grad: torch.Tensor  # [B, H, N, M, U]
-    read_decay: torch.Tensor  # [B, H, N, C]
-    read_update: torch.Tensor  # [B, H, N, C, M]
-    end_decay: torch.Tensor  # [B, H, N]
-    end_update: torch.Tensor  # [B, H, N, M]
+    """Rules "muon" / "muon_chunk": S_m = e_m S0 + sum_u (E Gamma)[m, u] g_u for the M rows m
+    whose momentum is materialised, W_i = beta_i W0 - sum_m P[i, m] NS5(S_m)."""
+
+    rows_carry: torch.Tensor  # e_m [B, H, N, M]
+    rows_grad: torch.Tensor  # (E Gamma)[m, u] [B, H, N, M, U]
+    read_keep: torch.Tensor  # beta_i [B, H, N, C]
+    read_update: torch.Tensor  # P[i, m] [B, H, N, C, M]
+    end_keep: torch.Tensor  # beta_{C-1} [B, H, N]
+    end_update: torch.Tensor  # P[C-1, m] [B, H, N, M]
 
 
-def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficients:
+def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
     """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
-    ``per_chunk`` the NS5 step is taken only at the token that closes a chunk (row C - 1)."""
-    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    ``per_chunk`` (rule "muon_chunk") the NS5 step is taken only at the token that closes a
+    chunk (row C - 1): M = 1 and P[i, 0] = [i = C - 1] theta_{C-1}."""
+    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
     if per_chunk:
-        rows_momentum = carry_from_start[..., -1:]
+        rows_carry = carry_from_start[..., -1:]
         rows_grad = _apply_band(carry[..., -1:, :], gates.band)
         closes = gates.lr[..., -1] * gates.valid[..., -1]  # [B, H, N]
         update = torch.zeros_like(gates.lr).unsqueeze(-1)  # [B, H, N, C, 1]
         update = torch.cat([update[..., :-1, :], closes[..., None, None]], dim=-2)
     else:
-        rows_momentum = carry_from_start
+        rows_carry = carry_from_start
         rows_grad = _apply_band(carry, gates.band)
-        update = keep * gates.lr.unsqueeze(-2)  # [.., C, C]
-    read_decay, read_update = keep_from_start, update
+        update = keep * gates.lr.unsqueeze(-2)  # P = A diag(theta) [.., C, C]
+    read_keep, read_update = keep_from_start, update
     if read == "before":
-        read_decay = _shift_rows(read_decay, 1.0, dim=-1)
+        read_keep = _shift_rows(read_keep, 1.0, dim=-1)
         read_update = _shift_rows(read_update, 0.0, dim=-2)
     return MuonCoefficients(
-        rows_momentum=rows_momentum,
+        rows_carry=rows_carry,
         rows_grad=rows_grad,
-        read_decay=read_decay,
+        read_keep=read_keep,
         read_update=read_update,
-        end_decay=keep_from_start[..., -1],
+        end_keep=keep_from_start[..., -1],
         end_update=update[..., -1, :],
     )

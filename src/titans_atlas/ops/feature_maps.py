@@ -1,4 +1,4 @@
-"""ATLAS polynomial feature map (ATLAS Section 3.1; spec/architectures.md).
+"""ATLAS polynomial feature map (ATLAS Section 3.1; docs/architectures.md).
 
 Axes: any leading axes, then the feature axis D. ``phi_p(x)`` stacks every monomial of x of
 degree 0..p -- combinations with replacement, so each monomial appears once -- and scales the
@@ -12,6 +12,8 @@ import math
 from functools import lru_cache
 
 import torch
+
+from ..validation import check_int
 
 
 def polynomial_width(dim: int, degree: int) -> int:
@@ -40,8 +42,7 @@ def polynomial_features(
 
     ``coefficients`` ``[p + 1]`` scales the blocks (default 1/i!).
     """
-    if degree < 1:
-        raise ValueError(f"degree must be >= 1, got {degree}")
+    check_int("degree", degree, 1)
     if coefficients is None:
         coefficients = default_polynomial_coefficients(degree, x.dtype).to(x.device)
     if coefficients.shape != (degree + 1,):

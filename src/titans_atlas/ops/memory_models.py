@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..validation import check_int, check_number
+from ..validation import check_choice, check_int, check_number
 from .state import MemoryState, TensorDict
 
 Linear = Callable[[str, torch.Tensor], torch.Tensor]
@@ -82,8 +82,9 @@ class MemoryModel:
         generator: torch.Generator | None = None,
     ) -> TensorDict:
         """Fresh initial weights, name -> ``[H, d_in, d_out]`` (a layer makes them Parameters)."""
-        if num_heads < 1:
-            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        check_int("num_heads", num_heads, 1)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
         weights = {}
         for name, (d_in, d_out) in self.weight_shapes().items():
             noise = torch.randn(num_heads, d_in, d_out, generator=generator, dtype=dtype)
@@ -92,24 +93,29 @@ class MemoryModel:
 
     def initial_state(self, weights: TensorDict, batch_size: int) -> MemoryState:
         """A new stream: W_{-1} = the initial weights broadcast per sample, zero momentum."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_int("batch_size", batch_size, 1)
         self.check_weights(weights, batched=False)
         stream = {n: w.unsqueeze(0).expand(batch_size, *w.shape) for n, w in weights.items()}
         momentum = {n: torch.zeros_like(w) for n, w in stream.items()}
         return MemoryState(weights=stream, momentum=momentum)
 
     def check_weights(self, weights: TensorDict, *, batched: bool, name: str = "weights") -> None:
-        """Raise ValueError unless ``weights`` has exactly this model's names and shapes."""
+        """Raise ValueError unless ``weights`` has exactly this model's names and shapes, as
+        floating-point tensors."""
         shapes = self.weight_shapes()
-        if set(weights) != set(shapes):
-            raise ValueError(f"{name} must have keys {sorted(shapes)}, got {sorted(weights)}")
+        if not isinstance(weights, dict) or set(weights) != set(shapes):
+            got = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+            raise ValueError(f"{name} must be a dict with keys {sorted(shapes)}, got {got}")
         lead = 3 if batched else 2
         for key, (d_in, d_out) in shapes.items():
             w = weights[key]
+            want = ("B, H, " if batched else "H, ") + f"{d_in}, {d_out}"
+            if not isinstance(w, torch.Tensor):
+                raise ValueError(f"{name}[{key!r}] must be a [{want}] tensor, got {type(w)}")
             if w.ndim != lead + 1 or tuple(w.shape[-2:]) != (d_in, d_out):
-                want = ("B, H, " if batched else "H, ") + f"{d_in}, {d_out}"
                 raise ValueError(f"{name}[{key!r}] must be [{want}], got {list(w.shape)}")
+            if not w.is_floating_point():
+                raise ValueError(f"{name}[{key!r}] must be floating point, got {w.dtype}")
 
     def forward(self, weights: TensorDict, x: torch.Tensor) -> torch.Tensor:
         """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``."""
@@ -122,6 +128,9 @@ class MemoryModel:
 
     def _check_hidden_and_residual(self) -> None:
         check_number("expansion", self.expansion, 0.0)
+        if not math.isfinite(self.expansion):
+            raise ValueError(f"expansion must be finite, got {self.expansion}")
+        check_choice("residual", self.residual, (False, True))
         if self.hidden_dim < 1:
             raise ValueError(f"expansion must give a hidden width >= 1, got {self.expansion}")
         if self.residual and self.dim_in != self.dim_out:
@@ -172,8 +181,9 @@ class MLPMemory(MemoryModel):
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
-        if self.depth < 2:
-            raise ValueError(f"depth must be >= 2 (use LinearMemory for depth 1), got {self.depth}")
+        if self.depth == 1:
+            raise ValueError("depth must be >= 2 (use LinearMemory for depth 1), got 1")
+        check_int("depth", self.depth, 2)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         self._check_hidden_and_residual()

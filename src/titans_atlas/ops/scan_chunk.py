@@ -13,26 +13,27 @@ at chunk n's base weights.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
+from .chunk_muon import muon_chunk_step
 from .chunk_update import decayed_rank_update
 from .coefficients import (
-    Gates,
-    MuonCoefficients,
-    PlainCoefficients,
+    ChunkGates,
+    MomentumCoefficients,
+    momentum_coefficients,
     muon_coefficients,
     omega_band,
-    plain_coefficients,
     safe_log,
     safe_log1m,
 )
 from .memory_models import MemoryModel
-from .newton_schulz import newton_schulz5
-from .state import MemoryState, last_tokens
+from .options import MemoryGates, ScanOptions
+from .state import MemoryState, TensorDict, last_tokens
 
 
 def _to_grid(x: torch.Tensor, left: int, right: int, size: int) -> torch.Tensor:
@@ -48,22 +49,23 @@ def _key_windows(x: torch.Tensor, halo: torch.Tensor, left: int, right: int, siz
     return rearrange(cols.unfold(2, window, size), "b h n d u -> b h n u d")
 
 
-def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) -> Gates:
+def _grid_gates(gates: MemoryGates, position: int, left: int, right: int, size: int) -> ChunkGates:
     """Gates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
     rows = lambda g: _to_grid(rearrange(g, "b t h ... -> b h t ..."), left, right, size)  # noqa: E731
-    length = lr.shape[1]
-    valid = torch.zeros(left + length + right, dtype=torch.bool, device=lr.device)
+    length = gates.lr.shape[1]
+    device = gates.lr.device
+    valid = torch.zeros(left + length + right, dtype=torch.bool, device=device)
     valid[left : left + length] = True
     band = None
-    if omega_gate is not None:
-        window = omega_gate.shape[-1]
-        absolute = position + torch.arange(length, device=lr.device)
-        taps_exist = absolute[:, None] - torch.arange(window, device=lr.device) >= 0  # [T, c]
-        band = omega_band(rows(omega_gate * taps_exist[:, None, :]))
-    return Gates(
-        lr=rows(lr),
-        log_momentum=rows(safe_log(momentum)),
-        log_keep=rows(safe_log1m(decay)),
+    if gates.omega is not None:
+        window = gates.omega.shape[-1]
+        absolute = position + torch.arange(length, device=device)
+        taps_exist = absolute[:, None] - torch.arange(window, device=device) >= 0  # [T, c]
+        band = omega_band(rows(gates.omega * taps_exist[:, None, :]))
+    return ChunkGates(
+        lr=rows(gates.lr),
+        log_momentum=rows(safe_log(gates.momentum)),
+        log_keep=rows(safe_log1m(gates.decay)),
         valid=rearrange(valid, "(n c) -> n c", c=size),
         band=band,
     )
@@ -74,8 +76,18 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[-2:])
 
 
-def _plain_chunk(memory: MemoryModel, coef: PlainCoefficients, base, weights, momentum, q, k, v):
-    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``.
+def momentum_chunk_step(
+    memory: MemoryModel,
+    coef: MomentumCoefficients,
+    base: TensorDict,
+    weights: TensorDict,
+    momentum: TensorDict,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+):
+    """One chunk of rule "momentum": q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at
+    ``base``, the chunk starts from (``weights``, ``momentum``) = (W0, S0).
 
     Scalars ride on the small operands and products accumulate in place (``baddbmm_``), so
     the large weight matrices are read once per product and never pass through elementwise ops.
@@ -85,64 +97,27 @@ def _plain_chunk(memory: MemoryModel, coef: PlainCoefficients, base, weights, mo
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # row i: x_i W_i, by eq. (4)
         a, b = factors[name]
         scores = (x @ a.transpose(-1, -2)) * coef.read_grad  # [B, H, C, U]
-        out = torch.bmm(_flat(coef.read_decay[..., None] * x), _flat(weights[name]))
+        out = torch.bmm(_flat(coef.read_keep[..., None] * x), _flat(weights[name]))
         out.baddbmm_(_flat(coef.read_momentum[..., None] * x), _flat(momentum[name]))
         out.baddbmm_(_flat(scores), _flat(b), alpha=-1.0)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     y = memory.forward_with(linear, q)
+    per_memory = lambda x: x.reshape(-1, 1, 1)  # noqa: E731  [B, H] -> [B*H, 1, 1]
     new_weights, new_momentum = {}, {}
-    scalars = [
-        x.reshape(-1, 1, 1) for x in (coef.end_decay, coef.end_momentum, coef.momentum_decay)
-    ]
     for name, (a, b) in factors.items():
-        shape = weights[name].shape
-        new_weights[name], new_momentum[name] = (
-            x.view(shape)
-            for x in decayed_rank_update(
-                _flat(weights[name]), _flat(momentum[name]), *scalars, _flat(a.transpose(-1, -2)),
-                _flat(coef.end_grad[..., None] * b), _flat(coef.momentum_grad[..., None] * b),
-            )
-        )  # fmt: skip
-    return y, new_weights, new_momentum
-
-
-def _muon_chunk(memory: MemoryModel, coef: MuonCoefficients, base, weights, momentum, q, k, v):
-    """One chunk of Muon momentum; materialises this chunk's M momenta ``[B, H, M, m, n]``.
-
-    Each weight is handled in its wide orientation (m = min(d_in, d_out) rows), where NS5
-    works, so tall weights (d_in > d_out) never pass a transposed copy of their momenta around:
-    the rank-1 factors swap roles and reads multiply by the transposed wide matrix.
-    """
-    factors = memory.grad_factors(base, k, v)
-    orthogonal, new_momentum, tall = {}, {}, {}
-    for name, (a, b) in factors.items():
-        tall[name] = a.shape[-1] > b.shape[-1]
-        left, right = (b, a) if tall[name] else (a, b)
-        start = momentum[name].transpose(-1, -2) if tall[name] else momentum[name]
-        # S_m = rows_momentum_m S0 + sum_u rows_grad_mu left_u^T right_u: one matmul over (m, r)
-        weighted = rearrange(
-            coef.rows_grad[..., None] * left[:, :, None], "b h m u r -> b h (m r) u"
+        end_weights, end_momentum = decayed_rank_update(
+            _flat(weights[name]),
+            _flat(momentum[name]),
+            end_keep=per_memory(coef.end_keep),
+            end_momentum=per_memory(coef.end_momentum),
+            momentum_carry=per_memory(coef.momentum_carry),
+            a_t=_flat(a.transpose(-1, -2)),
+            end_rows=_flat(coef.end_grad[..., None] * b),
+            momentum_rows=_flat(coef.momentum_grad[..., None] * b),
         )
-        rows = rearrange(weighted @ right, "b h (m r) c -> b h m r c", r=left.shape[-1])
-        rows = rows + coef.rows_momentum[..., None, None] * start.unsqueeze(2)
-        orthogonal[name] = newton_schulz5(rows)  # wide: [B, H, M, m, n]
-        last = rows[:, :, -1]
-        new_momentum[name] = (last.transpose(-1, -2) if tall[name] else last).contiguous()
-
-    def linear(name: str, x: torch.Tensor) -> torch.Tensor:
-        wide = orthogonal[name]
-        # x_i NS5(S_m) for every row i and momentum m: [B, H, M, C, d_out]
-        through = x.unsqueeze(2) @ (wide.transpose(-1, -2) if tall[name] else wide)
-        update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through)
-        return coef.read_decay[..., None] * (x @ weights[name]) - update
-
-    y = memory.forward_with(linear, q)
-    new_weights = {}
-    for name in factors:
-        step = torch.einsum("bhm,bhmrc->bhrc", coef.end_update, orthogonal[name])
-        step = step.transpose(-1, -2) if tall[name] else step
-        new_weights[name] = coef.end_decay[..., None, None] * weights[name] - step
+        new_weights[name] = end_weights.view(weights[name].shape)
+        new_momentum[name] = end_momentum.view(weights[name].shape)
     return y, new_weights, new_momentum
 
 
@@ -155,7 +130,7 @@ def _split_chunks(coef) -> list:
     return [type(coef)(**dict(zip(names, values))) for values in zip(*per_field)]
 
 
-def _run_chunks(step, memory, coefs, q_grid, k_cols, v_cols, state, checkpoint):
+def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, checkpoint):
     """The sequential loop: chunk n's base weights are the weights chunk n - 1 left."""
     weights, mom, base = state.weights, state.momentum, state.chunk_base()
     inputs = zip(_split_chunks(coefs), q_grid.unbind(2), k_cols.unbind(2), v_cols.unbind(2))
@@ -163,11 +138,11 @@ def _run_chunks(step, memory, coefs, q_grid, k_cols, v_cols, state, checkpoint):
     for n, (coef, q, k, v) in enumerate(inputs):
         if n > 0:
             base = weights
-        args = (memory, coef, base, weights, mom, q, k, v)
+        chunk = dict(coef=coef, base=base, weights=weights, momentum=mom, q=q, k=k, v=v)
         if checkpoint and torch.is_grad_enabled():
-            y, weights, mom = activation_checkpoint(step, *args, use_reentrant=False)
+            y, weights, mom = activation_checkpoint(step, memory, use_reentrant=False, **chunk)
         else:
-            y, weights, mom = step(*args)
+            y, weights, mom = step(memory, **chunk)
         outputs.append(y)
     return torch.cat(outputs, dim=2), weights, mom, base
 
@@ -177,37 +152,40 @@ def memory_scan_chunk(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    lr: torch.Tensor,
-    momentum: torch.Tensor,
-    decay: torch.Tensor,
+    *,
+    gates: MemoryGates,
     state: MemoryState,
-    chunk_size: int,
-    omega_window: int,
-    omega_gate: torch.Tensor | None,
-    muon: str | None,
-    read: str,
-    checkpoint: bool,
+    options: ScanOptions,
 ) -> tuple[torch.Tensor, MemoryState]:
-    """Chunked dual form; same arguments and result as ``memory_scan_reference``
-    (inputs already validated and in the compute dtype)."""
-    length, size, window = q.shape[1], chunk_size, omega_window
+    """Chunked dual form; same arguments and result as ``memory_scan_reference`` (inputs
+    checked, in the compute dtype, halo prepared)."""
+    length, size, window = q.shape[1], options.chunk_size, options.omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
     right = num_chunks * size - left - length
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
-    halo_k, halo_v = state.halo_keys, state.halo_values  # prepared by the caller
+    halo_k, halo_v = state.halo_keys, state.halo_values
 
-    gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
-    if muon is None:
-        coefs, step = plain_coefficients(gates, read), _plain_chunk
+    grid_gates = _grid_gates(gates, state.position, left, right, size)
+    if options.update_rule == "momentum":
+        coefs, step = momentum_coefficients(grid_gates, options.read), momentum_chunk_step
     else:
-        coefs, step = muon_coefficients(gates, read, muon == "chunk"), _muon_chunk
+        per_chunk = options.update_rule == "muon_chunk"
+        coefs = muon_coefficients(grid_gates, options.read, per_chunk)
+        step = partial(muon_chunk_step, checkpointed=options.checkpoint)
     q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
 
     y, weights, mom, base = _run_chunks(
-        step, memory, coefs, q_grid, k_cols, v_cols, state, checkpoint
+        step,
+        memory,
+        coefs,
+        q_grid=q_grid,
+        k_cols=k_cols,
+        v_cols=v_cols,
+        state=state,
+        checkpoint=options.checkpoint,
     )
     y = y[:, :, left : left + length]  # [B, H, T, Dv]
 

@@ -1,4 +1,4 @@
-"""The memory recurrence one token at a time: literally the equations of spec/memory.md.
+"""The memory recurrence one token at a time: literally the equations of docs/memory.md (section 2).
 
 Axes: B batch, T tokens, H heads, Dk/Dv key/value width, C chunk size, c Omega window.
 This is the oracle every fast form is tested against, and a decoding path: it holds the
@@ -12,7 +12,8 @@ from einops import rearrange
 
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
-from .state import MemoryState, last_tokens
+from .options import MemoryGates, ScanOptions
+from .state import MemoryState, TensorDict, last_tokens
 
 
 def memory_scan_reference(
@@ -20,55 +21,41 @@ def memory_scan_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    lr: torch.Tensor,
-    momentum: torch.Tensor,
-    decay: torch.Tensor,
+    *,
+    gates: MemoryGates,
     state: MemoryState,
-    chunk_size: int,
-    omega_window: int,
-    omega_gate: torch.Tensor | None,
-    muon: str | None,
-    read: str,
-    checkpoint: bool = False,
+    options: ScanOptions,
 ) -> tuple[torch.Tensor, MemoryState]:
-    """Per-token loop; same arguments and result as ``memory_scan_chunk``.
-    (``checkpoint`` is accepted for a shared signature and has no effect here.)"""
-    length, size, window = q.shape[1], chunk_size, omega_window
+    """Per-token loop; same arguments and result as ``memory_scan_chunk`` (inputs checked,
+    in the compute dtype, halo prepared). ``options.checkpoint`` has no effect here."""
+    length, size, window = q.shape[1], options.chunk_size, options.omega_window
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
-    if omega_gate is None:
-        omega_gate = lr.new_ones(*lr.shape, 1)
-    keys = torch.cat([state.halo_keys, k], dim=2)  # [B, H, c-1+T, Dk], halo prepared by the caller
-    values = torch.cat([state.halo_values, v], dim=2)
+    omega = gates.omega if gates.omega is not None else gates.lr.new_ones(*gates.lr.shape, 1)
+    keys = torch.cat([state.halo_keys, k], dim=2)  # [B, H, c-1+T, Dk]
+    values = torch.cat([state.halo_values, v], dim=2)  # [B, H, c-1+T, Dv]
 
     weights, mom, base = state.weights, state.momentum, state.chunk_base()
     outputs = []
     for r in range(length):
         t = state.position + r
         if t % size == 0:
-            base = weights  # the base weights of a chunk are the weights at the end of the last
-        # Omega window: tap j looks at token t - j (taps before the stream start are dropped)
+            base = weights  # a chunk's base weights are the weights the previous chunk left
+        # Omega window: tap j looks at token t - j; taps before the stream start are dropped
         taps_k = keys[:, :, r : r + window].flip(2)  # [B, H, c, Dk]
-        taps_v = values[:, :, r : r + window].flip(2)
+        taps_v = values[:, :, r : r + window].flip(2)  # [B, H, c, Dv]
         exists = (t - torch.arange(window, device=q.device)) >= 0
-        gamma = omega_gate[:, r] * exists  # [B, H, c]
+        gamma = omega[:, r] * exists  # [B, H, c]
         grads = {
             name: torch.einsum("bhj,bhjd,bhje->bhde", gamma, a, b)
             for name, (a, b) in memory.grad_factors(base, taps_k, taps_v).items()
         }
-        theta, eta, alpha = (g[:, r, :, None, None] for g in (lr, momentum, decay))
+        token_gates = (gates.lr, gates.momentum, gates.decay)
+        theta, eta, alpha = (g[:, r, :, None, None] for g in token_gates)  # [B, H, 1, 1]
         previous = weights
-        if muon is None:  # Titans eq. 13-14
-            mom = {n: eta * mom[n] - theta * grads[n] for n in grads}
-            weights = {n: (1 - alpha) * weights[n] + mom[n] for n in grads}
-        else:  # ATLAS Muon; per-chunk Muon steps only at the token that closes a chunk
-            mom = {n: eta * mom[n] + grads[n] for n in grads}
-            steps = muon == "token" or t % size == size - 1
-            weights = {
-                n: (1 - alpha) * weights[n]
-                - (theta * newton_schulz5_reference(mom[n]) if steps else 0)
-                for n in grads
-            }
-        read_weights = weights if read == "after" else previous
+        weights, mom = _token_update(
+            options, t, weights=weights, mom=mom, grads=grads, theta=theta, eta=eta, alpha=alpha
+        )
+        read_weights = weights if options.read == "after" else previous
         outputs.append(memory.forward(read_weights, q[:, :, r : r + 1]))
     end = state.position + length
     new_state = MemoryState(
@@ -83,3 +70,28 @@ def memory_scan_reference(
     )
     y = torch.cat(outputs, dim=2) if outputs else q.new_zeros(*v.shape)
     return rearrange(y, "b h t d -> b t h d"), new_state
+
+
+def _token_update(
+    options: ScanOptions,
+    t: int,
+    *,
+    weights: TensorDict,
+    mom: TensorDict,
+    grads: TensorDict,
+    theta: torch.Tensor,
+    eta: torch.Tensor,
+    alpha: torch.Tensor,
+) -> tuple[TensorDict, TensorDict]:
+    """(W_t, S_t) from (W_{t-1}, S_{t-1}) and G_t by the update rule; gates ``[B, H, 1, 1]``."""
+    if options.update_rule == "momentum":  # Titans eqs. 13-14
+        mom = {n: eta * mom[n] - theta * grads[n] for n in grads}
+        return {n: (1 - alpha) * weights[n] + mom[n] for n in grads}, mom
+    # ATLAS Muon; the per-chunk rule steps only at the token that closes a chunk
+    mom = {n: eta * mom[n] + grads[n] for n in grads}
+    steps = options.update_rule == "muon" or t % options.chunk_size == options.chunk_size - 1
+    weights = {
+        n: (1 - alpha) * weights[n] - (theta * newton_schulz5_reference(mom[n]) if steps else 0)
+        for n in grads
+    }
+    return weights, mom

@@ -1,4 +1,4 @@
-"""The explicit state of a memory stream (spec/memory.md, "Streaming state").
+"""The explicit state of a memory stream (docs/memory.md, section 6).
 
 Axes: B batch, H heads, Dk key width, C chunk size, c Omega window.
 Weights and momenta are dicts keyed like ``memory.init_weights()``, each ``[B, H, ...]``.

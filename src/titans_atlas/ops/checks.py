@@ -1,0 +1,167 @@
+"""Input checks of ``memory_scan``: a ValueError that names the offending argument.
+
+Axes: B batch, T tokens, H heads, Dk key/query width, Dv value width, c Omega window.
+
+Two kinds: structure checks (types, shapes, dtypes, the chunk grid) read only metadata and
+always run; value checks (NaN, inf, gate ranges) read the tensors, which on an accelerator
+means a host-device synchronisation (and a graph break under ``torch.compile``), so they run
+only when ``values`` is True: ``memory_scan(validate=...)``, else the default set by
+``validating(...)`` (True), and never while ``torch.compile`` traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+from ..validation import check_choice
+from .memory_models import MemoryModel
+from .options import MemoryGates, ScanOptions
+from .state import MemoryState
+
+# The default of memory_scan's ``validate``: a context variable, so a training loop can turn
+# the value checks off for its block (``with validating(False): ...``) without a global flag
+# leaking into other threads or tasks.
+_VALIDATE_DEFAULT: ContextVar[bool] = ContextVar("titans_atlas_validate", default=True)
+
+
+@contextmanager
+def validating(enabled: bool) -> Iterator[None]:
+    """Within the block, ``memory_scan(validate=None)`` runs its value checks iff ``enabled``."""
+    check_choice("enabled", enabled, (False, True))
+    token = _VALIDATE_DEFAULT.set(enabled)
+    try:
+        yield
+    finally:
+        _VALIDATE_DEFAULT.reset(token)
+
+
+def value_checks_enabled(validate: bool | None = None) -> bool:
+    """Whether the value checks run: never while ``torch.compile`` traces (they would sync and
+    break the graph), else ``validate``, else the ``validating`` default (True)."""
+    if torch.compiler.is_compiling():
+        return False
+    check_choice("validate", validate, (None, False, True))
+    return _VALIDATE_DEFAULT.get() if validate is None else validate
+
+
+# name -> (low, high) of each gate; None = unbounded above.
+GATE_RANGES = {"lr": (0.0, None), "momentum": (0.0, 1.0), "decay": (0.0, 1.0), "omega": (0.0, 1.0)}
+
+
+def check_scan_inputs(
+    memory: MemoryModel,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    gates: MemoryGates,
+    state: MemoryState,
+    options: ScanOptions,
+    values: bool,
+) -> None:
+    """Raise ValueError naming the argument; ``values`` adds the finiteness and range checks."""
+    if not isinstance(memory, MemoryModel):
+        raise ValueError(f"memory must be a MemoryModel, got {type(memory).__name__}")
+    _check_qkv(memory, q, k, v, values)
+    batch, length, heads, _ = q.shape
+    window = options.omega_window
+    if gates.omega is None and window > 1:
+        raise ValueError(f"omega_gate [B, T, H, {window}] is required when omega_window > 1")
+    for name in GATE_RANGES:
+        gate = getattr(gates, name)
+        if gate is not None:
+            shape = (batch, length, heads) + ((window,) if name == "omega" else ())
+            _check_gate(name, gate, shape, values)
+    _check_state(memory, state, batch, heads, options, values)
+
+
+def _check_qkv(memory, q, k, v, values: bool) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.ndim != 4:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a [B, T, H, D] tensor, got {got}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
+        if values and not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf")
+    batch, length, heads, _ = q.shape
+    if k.shape != q.shape:
+        raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must be [{batch}, {length}, {heads}, Dv], got {list(v.shape)}")
+    if q.shape[-1] != memory.dim_in:
+        raise ValueError(f"q/k width {q.shape[-1]} != memory.dim_in {memory.dim_in}")
+    if v.shape[-1] != memory.dim_out:
+        raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
+
+
+def _check_gate(name: str, gate, shape: tuple[int, ...], values: bool) -> None:
+    public = "omega_gate" if name == "omega" else name  # the keyword the caller used
+    if not isinstance(gate, torch.Tensor) or tuple(gate.shape) != tuple(shape):
+        got = list(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
+        raise ValueError(f"{public} must have shape {list(shape)}, got {got}")
+    if not gate.is_floating_point():
+        raise ValueError(f"{public} must be a floating-point tensor, got {gate.dtype}")
+    if not values:
+        return
+    low, high = GATE_RANGES[name]
+    outside = ~torch.isfinite(gate) | (gate < low)
+    if high is not None:
+        outside |= gate > high
+    if outside.any():
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{public} must lie in {bounds} (finite, not NaN)")
+
+
+def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool) -> None:
+    if not isinstance(state, MemoryState):
+        raise ValueError("state must be a MemoryState (start one with memory.initial_state)")
+    memory.check_weights(state.weights, batched=True, name="state.weights")
+    memory.check_weights(state.momentum, batched=True, name="state.momentum")
+    if (state.batch_size, state.num_heads) != (batch, heads):
+        raise ValueError(
+            f"state is for batch {state.batch_size} x heads {state.num_heads}, "
+            f"inputs are batch {batch} x heads {heads}"
+        )
+    position, size, window = state.position, options.chunk_size, options.omega_window
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
+    if state.chunk_size is not None and state.chunk_size != size and position > 0:
+        raise ValueError(
+            f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "
+            "(the chunk grid is anchored at the stream start)"
+        )
+    if state.omega_window is not None and state.omega_window != window and position > 0:
+        raise ValueError(f"omega_window={window} differs from the stream's {state.omega_window}")
+    if position % size and state.base is None:
+        raise ValueError("state stands inside a chunk but has no base weights (state.base)")
+    if state.base is not None:
+        memory.check_weights(state.base, batched=True, name="state.base")
+    _check_state_tensors(state, values)
+
+
+def _check_state_tensors(state: MemoryState, values: bool) -> None:
+    """One floating dtype for weights, momentum and base (the recurrence runs in it), and,
+    with ``values``, finite values everywhere (the halo too, once the stream has started)."""
+    dtype = next(iter(state.weights.values())).dtype
+    named = [
+        (f"state.{group}[{key!r}]", x)
+        for group in ("weights", "momentum", "base")
+        for key, x in (getattr(state, group) or {}).items()
+    ]
+    for name, x in named:
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+        if x.dtype != dtype:
+            raise ValueError(f"{name} has dtype {x.dtype}, the state's weights {dtype}")
+    if not values:
+        return
+    if state.position > 0:  # at position 0 the halo is ignored (all zeros before the stream)
+        named += [(f"state.{n}", getattr(state, n)) for n in ("halo_keys", "halo_values")]
+    for name, x in named:
+        if x is not None and not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf")
