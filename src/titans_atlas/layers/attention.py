@@ -78,9 +78,17 @@ class Attention(nn.Module):
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.to_out = nn.Linear(dim, dim, bias=False)
         # Persistent memory tokens live in model space and go through the key/value projections.
-        self.persistent = (
-            nn.Parameter(0.02 * torch.randn(num_persistent, dim)) if num_persistent else None
-        )
+        self.persistent = nn.Parameter(torch.empty(num_persistent, dim)) if num_persistent else None
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, out_std: float | None = None) -> None:
+        """N(0, std) for the q/k/v projection and the persistent tokens, N(0, out_std)
+        (default std) for the output projection."""
+        nn.init.normal_(self.to_qkv.weight, std=std)
+        nn.init.normal_(self.to_out.weight, std=std if out_std is None else out_std)
+        if self.persistent is not None:
+            nn.init.normal_(self.persistent, std=std)
 
     def _project(self, x: torch.Tensor, positions: torch.Tensor):
         q, k, v = rearrange(self.to_qkv(x), "b t (n h d) -> n b h t d", n=3, h=self.num_heads)

@@ -18,6 +18,14 @@ class SwiGLU(nn.Module):
         self.gate = nn.Linear(dim, hidden_dim, bias=False)
         self.up = nn.Linear(dim, hidden_dim, bias=False)
         self.down = nn.Linear(hidden_dim, dim, bias=False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, out_std: float | None = None) -> None:
+        """N(0, std) for the input projections, N(0, out_std) (default std) for ``down``."""
+        nn.init.normal_(self.gate.weight, std=std)
+        nn.init.normal_(self.up.weight, std=std)
+        nn.init.normal_(self.down.weight, std=std if out_std is None else out_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
@@ -36,6 +44,10 @@ class CausalConv(nn.Module):
             raise ValueError(f"kernel_size must be >= 1, got {kernel_size}")
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=True)
+
+    def init_weights(self) -> None:
+        """PyTorch's default Conv1d initialisation (uniform in +-1/sqrt(kernel_size))."""
+        self.conv.reset_parameters()
 
     def forward(
         self, x: torch.Tensor, cache: torch.Tensor | None = None

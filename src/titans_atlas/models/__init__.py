@@ -1,6 +1,7 @@
 """Language models built on the memory: one file per architecture, one shared backbone."""
 
-from . import atlas, controls, lmm, mac, mag, mal  # noqa: F401  (registers the architectures)
+# Registration order is the order of list_models(): Titans, ATLAS, then the controls.
+from . import mac, mag, mal, lmm, atlas, controls  # noqa: F401, I001  (registers the architectures)
 from .backbone import (
     MODELS,
     LanguageModel,

@@ -8,15 +8,20 @@ An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..layers.neural_memory import NeuralMemory
 from ..ops.state import map_tensors
 from .config import SIZE_PRESETS, ModelConfig
+
+INIT_STD = 0.02
 
 
 @dataclass
@@ -55,13 +60,40 @@ class LanguageModel(nn.Module):
         self.blocks = nn.ModuleList(self.block_class(config) for _ in range(config.depth))
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        for module in self.modules():
-            if isinstance(module, nn.Linear | nn.Embedding) and module is not self.head:
-                nn.init.normal_(module.weight, std=0.02)
-        if config.tie_embeddings:
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, std: float = INIT_STD) -> None:
+        """(Re-)initialise every parameter in place, each module through its own
+        ``init_weights``: N(0, std) for embeddings and projections, std / sqrt(2 depth) for the
+        projections that write into the residual stream (GPT-2's scaling: the stream's variance
+        then stays O(1) in depth). Draws from the global RNG. This is how a model built on the
+        meta device is materialised: ``model.to_empty(device=...)``, then ``init_weights()``."""
+        out_std = std / math.sqrt(2 * self.config.depth)
+        self.tie_weights()  # to_empty() may have replaced the tied tensors by separate ones
+        nn.init.normal_(self.embed.weight, std=std)
+        for block in self.blocks:
+            block.init_weights(std, out_std)
+        self.norm.reset_parameters()
+        if not self.config.tie_embeddings:
+            nn.init.normal_(self.head.weight, std=std)
+
+    def tie_weights(self) -> None:
+        """Make the LM head share the embedding's Parameter when the config ties them."""
+        if self.config.tie_embeddings:
             self.head.weight = self.embed.weight
-        else:
-            nn.init.normal_(self.head.weight, std=0.02)
+
+    def set_runtime(
+        self, memory_impl: str | None = None, memory_checkpoint: bool | None = None
+    ) -> LanguageModel:
+        """Run-time choices for every memory layer -- never saved with the weights.
+        ``memory_impl``: "auto" (default), "chunk" or "reference"; ``memory_checkpoint``:
+        recompute each memory chunk in backward (default False). None leaves a choice as it
+        is. Returns the model."""
+        for module in self.modules():
+            if isinstance(module, NeuralMemory):
+                module.set_runtime(impl=memory_impl, checkpoint=memory_checkpoint)
+        return self
 
     def forward(
         self, input_ids: torch.Tensor, state: ModelState | None = None, *, last_only: bool = False
@@ -104,11 +136,30 @@ class LanguageModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, directory: str) -> None:
+    def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (no pickle) to ``directory``."""
         from ..checkpoint import save_model
 
         save_model(self, directory)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> LanguageModel:
+        """Load a model written by ``save_pretrained`` (``titans_atlas.load_model``): on
+        ``device``, in the saved dtype or ``dtype``. Called on a subclass, the checkpoint must
+        hold that architecture."""
+        from ..checkpoint import CheckpointError, load_model
+
+        model = load_model(directory, device=device, dtype=dtype)
+        if not isinstance(model, cls):
+            raise CheckpointError(
+                f"{directory} holds a {model.config.name!r} model, not a {cls.__name__}"
+            )
+        return model
 
 
 MODELS: dict[str, tuple[type[LanguageModel], dict[str, Any]]] = {}

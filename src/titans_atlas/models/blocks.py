@@ -22,6 +22,10 @@ class FeedForward(nn.Module):
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.ffn = SwiGLU(config.dim, config.ffn_hidden)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.ffn(self.norm(x))
 
@@ -44,6 +48,10 @@ class ResidualAttention(nn.Module):
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.attn = make_attention(config, rule)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.attn.init_weights(std, out_std)
+
     def forward(self, x: torch.Tensor, cache: KVCache | None, position: int):
         y, cache = self.attn(self.norm(x), cache, position)
         return x + y, cache
@@ -57,6 +65,10 @@ class NonLinearGate(nn.Module):
         super().__init__()
         self.norm_y = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.norm_m = nn.RMSNorm(config.dim, eps=config.norm_eps)
+
+    def init_weights(self) -> None:
+        self.norm_y.reset_parameters()
+        self.norm_m.reset_parameters()
 
     def forward(self, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return self.norm_y(y) * torch.sigmoid(self.norm_m(m))

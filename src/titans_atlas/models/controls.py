@@ -19,6 +19,10 @@ class AttentionBlock(nn.Module):
         self.attn = ResidualAttention(config, self.rule_of(config))
         self.ffn = FeedForward(config)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.attn.init_weights(std, out_std)
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x, state, position):
         x, cache = self.attn(x, state, position)
         return self.ffn(x), cache

@@ -17,6 +17,11 @@ class MemoryBlock(nn.Module):
         self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
         self.ffn = FeedForward(config)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.memory.init_weights(std, out_std)
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x, state, position):
         y, memory_state = self.memory(self.norm(x), state)
         return self.ffn(x + y), memory_state

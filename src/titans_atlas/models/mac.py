@@ -37,6 +37,14 @@ class MACBlock(nn.Module):
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.memory_norm.reset_parameters()
+        self.memory.init_weights(std, out_std)
+        self.attn.init_weights(std, out_std)
+        self.gate.init_weights()
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x, state, position):
         state = dict(state) if state else {"memory": self.memory.initial_state(x.shape[0])}
         pieces, start = [], 0

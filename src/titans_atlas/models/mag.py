@@ -24,6 +24,13 @@ class MAGBlock(nn.Module):
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.attn.init_weights(std, out_std)
+        self.memory.init_weights(std, out_std)
+        self.gate.init_weights()
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x, state, position):
         state = state or {}
         h = self.norm(x)

@@ -24,6 +24,12 @@ class MALBlock(nn.Module):
         self.attn = ResidualAttention(config, VisibilityRule(window=config.window))
         self.ffn = FeedForward(config)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.memory.init_weights(std, out_std)
+        self.attn.init_weights(std, out_std)
+        self.ffn.init_weights(std, out_std)
+
     def forward(self, x, state, position):
         state = state or {}
         y, memory_state = self.memory(self.norm(x), state.get("memory"))
