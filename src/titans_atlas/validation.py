@@ -66,9 +66,10 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
+def check_token_ids(name: str, ids: Any, vocab_size: int | None) -> None:
     """``ids`` must be a ``[B, T]`` integer tensor with every id in [0, vocab_size). The range
-    is compared in int64 (a uint8 256 would wrap) and skipped while compiling."""
+    (a host sync) is compared in int64 -- a uint8 256 would wrap -- and skipped while
+    compiling or when ``vocab_size`` is None."""
     if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
         got = f"shape {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise ValueError(f"{name} must be a [B, T] tensor of token ids, got {got}")
@@ -77,7 +78,7 @@ def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
             f"{name} must hold integer token ids ({', '.join(map(str, INTEGER_ID_DTYPES))}), "
             f"got {ids.dtype}"
         )
-    if ids.numel() and not compiling():
+    if vocab_size is not None and ids.numel() and not compiling():
         wide = ids.to(torch.int64)
         low, high = int(wide.min()), int(wide.max())
         if low < 0 or high >= vocab_size:

@@ -56,8 +56,10 @@ class CausalConv(nn.Module):
             cache = x.new_zeros(x.shape[0], self.kernel_size - 1, x.shape[2])
         padded = torch.cat([cache.to(x.dtype), x], dim=1)  # [B, K-1+T, D]
         y = self.conv(padded.transpose(1, 2)).transpose(1, 2)  # [B, T, D]
-        # clone: a slice would pin the whole [B, K-1+T, D] input inside the returned state
-        return y, padded[:, padded.shape[1] - (self.kernel_size - 1) :].clone()
+        # a contiguous copy: a slice would pin the whole [B, K-1+T, D] input inside the returned
+        # state, and its strides would differ with T (a recompile for a compiled decode step)
+        tail = padded[:, padded.shape[1] - (self.kernel_size - 1) :]
+        return y, tail.clone(memory_format=torch.contiguous_format)
 
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:

@@ -5,19 +5,23 @@ from . import mac, mag, mal, lmm, atlas, controls  # noqa: F401, I001  (register
 from .backbone import (
     MODELS,
     LanguageModel,
-    ModelState,
     build_model,
     create_model,
     list_models,
     model_config,
     register,
 )
+from .blocks import HybridState
 from .config import SIZE_PRESETS, ModelConfig
+from .mac import MACState
+from .state import ModelState, state_fingerprint
 
 __all__ = [
     "MODELS",
     "SIZE_PRESETS",
+    "HybridState",
     "LanguageModel",
+    "MACState",
     "ModelConfig",
     "ModelState",
     "build_model",
@@ -25,4 +29,5 @@ __all__ = [
     "list_models",
     "model_config",
     "register",
+    "state_fingerprint",
 ]

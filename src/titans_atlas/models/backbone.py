@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,44 +17,24 @@ import torch
 from torch import nn
 
 from ..layers.neural_memory import NeuralMemory
-from ..ops.state import map_tensors
+from ..validation import check_bool, check_token_ids, compiling
 from .config import SIZE_PRESETS, ModelConfig
+from .state import ModelState, check_state, state_fingerprint
 
 INIT_STD = 0.02
-
-
-@dataclass
-class ModelState:
-    """A stream through a model: the next position and each block's own state."""
-
-    position: int
-    blocks: list[Any]
-    batch_size: int
-    model: str = ""  # the architecture that made it: a state is only valid for that model
-
-    def detach(self) -> ModelState:
-        """Cut the autograd graph (truncated backpropagation through time)."""
-        return map_tensors(self, torch.Tensor.detach)
-
-    def to(self, device: torch.device | str) -> ModelState:
-        return map_tensors(self, lambda tensor: tensor.to(device))
-
-    def nbytes(self) -> int:
-        """Bytes of the tensors the state holds, each shared tensor counted once."""
-        seen: dict[int, int] = {}
-        map_tensors(self, lambda t: seen.setdefault(t.data_ptr(), t.numel() * t.element_size()))
-        return sum(seen.values())
 
 
 class LanguageModel(nn.Module):
     """Embedding -> blocks -> RMSNorm -> LM head. ``forward(ids [B, T], state) -> (logits
     [B, T, V], state)``; any split of a sequence over calls gives the logits of one call."""
 
-    block_class: type[nn.Module]
+    block_class: type[nn.Module]  # with ``state_class``, the type of its stream state
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        self.fingerprint = state_fingerprint(config)
+        self.validate = True
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.blocks = nn.ModuleList(self.block_class(config) for _ in range(config.depth))
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -84,12 +63,19 @@ class LanguageModel(nn.Module):
             self.head.weight = self.embed.weight
 
     def set_runtime(
-        self, memory_impl: str | None = None, memory_checkpoint: bool | None = None
+        self,
+        memory_impl: str | None = None,
+        memory_checkpoint: bool | None = None,
+        validate: bool | None = None,
     ) -> LanguageModel:
-        """Run-time choices for every memory layer -- never saved with the weights.
-        ``memory_impl``: "auto" (default), "chunk" or "reference"; ``memory_checkpoint``:
-        recompute each memory chunk in backward (default False). None leaves a choice as it
-        is. Returns the model."""
+        """Run-time choices -- never saved with the weights. ``memory_impl``: "auto" (default),
+        "chunk" or "reference"; ``memory_checkpoint``: recompute each memory chunk in
+        backward (default False); ``validate``: check input values once per call (token ids
+        in range; default True; skipped anyway while torch.compile traces). None leaves a
+        choice as it is. Returns the model."""
+        if validate is not None:
+            check_bool("validate", validate)
+            self.validate = validate
         for module in self.modules():
             if isinstance(module, NeuralMemory):
                 module.set_runtime(impl=memory_impl, checkpoint=memory_checkpoint)
@@ -100,11 +86,14 @@ class LanguageModel(nn.Module):
     ) -> tuple[torch.Tensor, ModelState]:
         """``last_only=True`` returns only the last position's logits ``[B, 1, V]`` (a long
         prompt's prefill need not hold T x V logits)."""
-        self._check(input_ids, state)
+        self._check(input_ids, state, last_only)
+        batch = input_ids.shape[0]
         if state is None:
-            state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0], self.config.name)
+            state = ModelState(0, [None] * len(self.blocks), batch, self.fingerprint)
         if input_ids.shape[1] == 0:  # nothing to read or write: the stream stands still
             return self.head.weight.new_zeros(*input_ids.shape, self.config.vocab_size), state
+        if input_ids.dtype not in (torch.int64, torch.int32):  # what nn.Embedding takes
+            input_ids = input_ids.to(torch.int64)
         x = self.embed(input_ids)
         block_states = []
         for block, block_state in zip(self.blocks, state.blocks):
@@ -112,26 +101,28 @@ class LanguageModel(nn.Module):
             block_states.append(block_state)
         logits = self.head(self.norm(x[:, -1:] if last_only else x))
         end = state.position + input_ids.shape[1]
-        return logits, ModelState(end, block_states, input_ids.shape[0], self.config.name)
+        return logits, ModelState(end, block_states, batch, self.fingerprint)
 
-    def _check(self, input_ids: torch.Tensor, state: ModelState | None) -> None:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
-            raise ValueError("input_ids must be a [B, T] tensor of token ids")
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise ValueError(f"input_ids must be integer token ids, got {input_ids.dtype}")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
-            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size})")
+    def _check(self, input_ids: torch.Tensor, state: ModelState | None, last_only: bool) -> None:
+        """Once per call, at the boundary: shapes, types and the state's fingerprint always
+        (Python attributes, free); the id range (a host sync) when ``validate`` is on and
+        torch.compile is not tracing."""
+        vocab = self.config.vocab_size if self.validate and not compiling() else None
+        check_token_ids("input_ids", input_ids, vocab)
+        check_bool("last_only", last_only)
         if state is not None:
-            if (
-                not isinstance(state, ModelState)
-                or len(state.blocks) != len(self.blocks)
-                or state.model != self.config.name
-            ):
-                raise ValueError("state must be a ModelState returned by this model")
-            if state.batch_size != input_ids.shape[0]:
-                raise ValueError(
-                    f"state is for batch {state.batch_size}, input_ids has {input_ids.shape[0]}"
-                )
+            kinds = tuple(block.state_class for block in self.blocks)
+            check_state(state, self.fingerprint, kinds, input_ids.shape[0])
+
+    def compile_blocks(self, **compile_options: Any) -> LanguageModel:
+        """Compile each block in place with ``torch.compile`` (``fullgraph=True`` unless given;
+        torchtitan's per-block compile): a block's forward and backward become one graph,
+        shared by the blocks of one model; the embedding, head and boundary checks stay eager.
+        Parameter names do not change (checkpoints load either way). Returns the model."""
+        compile_options.setdefault("fullgraph", True)
+        for block in self.blocks:
+            block.compile(**compile_options)
+        return self
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,17 +1,38 @@
-"""Sublayers shared by the architectures: pre-norm residual feed-forward and attention, and
-the non-linear gate of MAG/MAC.
+"""Sublayers shared by the architectures: pre-norm residual feed-forward and attention, the
+non-linear gate of MAG/MAC, and the typed state of a block with attention and memory.
 
 Axes: B batch, T tokens, D model width.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
 from ..layers.attention import Attention, KVCache, VisibilityRule
 from ..layers.basic import SwiGLU
+from ..layers.neural_memory import MemoryLayerState
 from .config import ModelConfig
+
+
+class FieldAccess:
+    """``state["memory"]`` reads ``state.memory``: block states were dicts before they were
+    dataclasses, and tests/ops still reads them so. TODO(#12): drop once nothing does."""
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+@dataclass
+class HybridState(FieldAccess):
+    """A MAG / MAL block's stream: the attention's KV cache and the memory layer's state
+    (None before the first token)."""
+
+    attn: KVCache | None = None
+    memory: MemoryLayerState | None = None
 
 
 class FeedForward(nn.Module):
