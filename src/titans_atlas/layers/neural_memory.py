@@ -251,6 +251,10 @@ class NeuralMemory(nn.Module):
         k = self._features(k)
         v = rearrange(F.silu(v), "b t (h d) -> b t h d", h=self.num_heads)
         lr, momentum, decay, omega = self._gates(x)
+        # CUDA autocast runs the L2 norm in fp32 and the rest in bf16: q, k arrive fp32 beside
+        # a bf16 v. The scan computes in the state's precision anyway; hand it one dtype.
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         config = self.config
         read, memory = memory_scan(
             self.memory,
