@@ -208,7 +208,7 @@ def decode_one_token(
         raise ValueError("token must be a [B] or [B, 1] tensor of token ids")
     if not callable(sampler):
         raise ValueError(f"sampler must map logits to tokens, got {type(sampler).__name__}")
-    logits, state = (step or model)(token.reshape(-1, 1), state)
+    logits, state = (model if step is None else step)(token.reshape(-1, 1), state)
     logits = logits[:, -1]
     return sampler(logits), logits, state
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .basic import rotary
+from .basic import apply_rotary, rotary_tables
 
 QUERY_BLOCK = 512  # queries per SDPA call: bounds the mask and score memory on long inputs
 EMPTY_POSITION = -(2**62)  # an empty cache slot: out of every window and segment
@@ -105,9 +105,17 @@ class Attention(nn.Module):
         if self.persistent is not None:
             nn.init.normal_(self.persistent, std=std)
 
-    def _project(self, x: torch.Tensor, positions: torch.Tensor):
+    def _project(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]):
+        """q, k, v ``[B, H, T, Dh]`` of ``x`` ``[B, T, D]``, q and k rotated."""
         q, k, v = rearrange(self.to_qkv(x), "b t (n h d) -> n b h t d", n=3, h=self.num_heads)
-        return rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base), v
+        return apply_rotary(q, *rotation), apply_rotary(k, *rotation), v
+
+    def _project_keys(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]):
+        """k (rotated), v ``[B, H, T, Dh]`` of ``x`` ``[B, T, D]``: no queries."""
+        width = self.to_qkv.in_features
+        kv = F.linear(x, self.to_qkv.weight[width:])
+        k, v = rearrange(kv, "b t (n h d) -> n b h t d", n=2, h=self.num_heads)
+        return apply_rotary(k, *rotation), v
 
     def forward(
         self,
@@ -119,10 +127,13 @@ class Attention(nn.Module):
         """``x`` ``[B, T, D]`` at absolute positions ``position ...``; returns ``[B, T, D]``
         and the cache after the last token (``cache`` itself is not modified)."""
         positions = torch.arange(position, position + x.shape[1], device=x.device)
-        q, k, v = self._project(x, positions)
+        rotation = rotary_tables(
+            positions, self.to_qkv.in_features // self.num_heads, self.rope_base
+        )
+        q, k, v = self._project(x, rotation)
         new_keys, new_values = [k], [v]
         if context is not None:  # MAC: the retrieved tokens come first, as source 0
-            _, k_ctx, v_ctx = self._project(context, positions)
+            k_ctx, v_ctx = self._project_keys(context, rotation)
             new_keys, new_values = [k_ctx, k], [v_ctx, v]
         if cache is None:
             cache = self.empty_cache(q, len(new_keys))
