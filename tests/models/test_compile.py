@@ -128,3 +128,19 @@ def test_compile_blocks_keeps_parameter_names_and_checkpoints(tmp_path):
     assert [n for n, _ in model.named_parameters()] == names
     model.save_pretrained(tmp_path)
     assert [n for n, _ in ta.load_model(tmp_path).named_parameters()] == names
+
+
+@slow
+@pytest.mark.parametrize("name", ["swa", "lmm", "mac"])
+def test_no_recompilation_over_a_1000_token_decode(name):
+    model, counter = tiny(name), CompileCounter()
+    step = compiled_decode_step(model, backend=counter)
+    with torch.no_grad():
+        _, state = model(torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1)))
+        token = torch.zeros(1, 1, dtype=torch.long)
+        for i in range(1000 + 2 * math.lcm(WINDOW, CHUNK)):
+            if i == 2 * math.lcm(WINDOW, CHUNK):
+                frames = counter.frame_count
+            logits, state = step(token, state)
+            token = logits[:, -1].argmax(-1, keepdim=True)
+    assert counter.frame_count == frames, f"{name}: recompiled during a 1,000-token decode"
