@@ -4,7 +4,7 @@ model, eager and compiled, with titans-pytorch's MAC side by side.
 * train: forward + backward of the next-byte loss on ``batch x train_tokens`` (no optimizer),
   median over repeats -> tokens/s, and an estimate of the achieved fraction of the matmul
   peak (6 x parameters x tokens FLOPs; the memory's inner updates are not counted). Compiled:
-  ``model.compile_blocks()`` (inductor, one graph per block).
+  ``model.compile_blocks()`` (inductor, per block).
 * decode: prefill a ``prompt_tokens`` prompt, then ``new_tokens`` greedy single-token steps
   -> tokens/s of the steps. Compiled: ``compiled_decode_step(model)``, warmed up first (the
   compile time is reported, not timed).

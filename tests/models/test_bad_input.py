@@ -115,6 +115,8 @@ CASES = [
     ("memory='mlp'", lambda e: other(memory="mlp"), ValueError, ["memory"]),
     ("unknown-model", lambda e: other("gpt"), ValueError, ["gpt", "available"]),
     ("unknown-preset", lambda e: ta.create_model("mac", "9000b"), ValueError, ["9000b"]),
+    ("model-name-list", lambda e: ta.create_model(["mac"]), ValueError, ["unknown model", "mac"]),
+    ("preset-list", lambda e: ta.create_model("mac", ["debug"]), ValueError, ["unknown preset"]),
     ("unknown-field", lambda e: other(bogus=1), ValueError, ["bogus"]),
     ("name=5", lambda e: ta.ModelConfig(name=5), ValueError, ["name"]),
     # set_runtime

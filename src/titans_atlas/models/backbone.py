@@ -115,11 +115,12 @@ class LanguageModel(nn.Module):
             check_state(state, self.fingerprint, kinds, input_ids.shape[0])
 
     def compile_blocks(self, **compile_options: Any) -> LanguageModel:
-        """Compile each block in place with ``torch.compile`` (``fullgraph=True`` unless given;
-        torchtitan's per-block compile): a block's forward and backward become one graph,
-        shared by the blocks of one model; the embedding, head and boundary checks stay eager.
-        Parameter names do not change (checkpoints load either way). Returns the model."""
-        compile_options.setdefault("fullgraph", True)
+        """Compile each block in place with ``torch.compile(**compile_options)``, torchtitan's
+        per-block compile: the blocks of one model share their graphs; the embedding, head and
+        boundary checks stay eager. Parameter names do not change (checkpoints load either
+        way). ``fullgraph=True`` insists on one graph per block: true for SWA and the
+        Transformer, and for the Titans models once memory_scan skips its value checks under
+        compile. Returns the model."""
         for block in self.blocks:
             block.compile(**compile_options)
         return self
@@ -174,9 +175,9 @@ def list_models() -> list[str]:
 def model_config(name: str, preset: str | None = None, **overrides: Any) -> ModelConfig:
     """The config ``create_model`` would build: architecture defaults, then the size preset,
     then ``overrides``."""
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {list_models()}")
-    if preset is not None and preset not in SIZE_PRESETS:
+    if preset is not None and (not isinstance(preset, str) or preset not in SIZE_PRESETS):
         raise ValueError(f"unknown preset {preset!r}; available: {list(SIZE_PRESETS)}")
     config = ModelConfig(name=name).with_overrides(**MODELS[name][1])
     if preset is not None:
