@@ -209,6 +209,14 @@ CASES = [
         ValueError,
         ["state.blocks"],
     ),
+    (
+        "state-incomplete-block",
+        lambda e: e.model(
+            ids(2, 3), replace(e.state, blocks=[replace(b, attn=None) for b in e.state.blocks])
+        ),
+        ValueError,
+        ["incomplete"],
+    ),
     ("state.to(int64)", lambda e: e.state.to(torch.int64), ValueError, ["floating"]),
     # generate: typed sampling options
     ("temperature=nan", lambda e: gen(e, temperature=NAN), ValueError, ["temperature"]),

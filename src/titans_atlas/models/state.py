@@ -107,6 +107,8 @@ def check_state(
     for i, (block, kind) in enumerate(zip(state.blocks, block_states)):
         if not isinstance(block, kind):
             raise ValueError(f"state.blocks[{i}] must be a {kind.__name__}, got {type(block)}")
+        if any(getattr(block, part, 0) is None for part in ("attn", "memory")):
+            raise ValueError(f"state.blocks[{i}] is incomplete: a returned state has every part")
         layer = block if isinstance(block, MemoryLayerState) else getattr(block, "memory", None)
         if isinstance(layer, MemoryLayerState) and layer.memory.position != state.position:
             raise ValueError(
