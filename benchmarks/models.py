@@ -140,6 +140,7 @@ def titans_pytorch(args: argparse.Namespace) -> dict | None:
         print(f"titans-pytorch: skipped (no interpreter at {python}; see external/)")
         return None
     command = [str(python), str(EXTERNAL), "--dim", str(args.dim), "--depth", str(args.depth)]
+    command += ["--heads", str(args.heads)]
     command += ["--segment", str(args.window), "--batch", str(args.batch)]
     command += ["--train-tokens", str(args.train_tokens), "--prompt-tokens"]
     command += [str(args.prompt_tokens), "--new-tokens", str(args.new_tokens)]
