@@ -15,7 +15,6 @@ buffers).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import platform
 import sys
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import titans_atlas as ta
 from _harness import machine_busy_cpu_s, set_threads, time_callable
 from titans_atlas.generate import Sampler, SamplingConfig, decode_one_token, prefill
+from titans_atlas.ops.state import map_tensors
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -44,15 +44,9 @@ def state_bytes(obj: Any) -> tuple[int, int]:
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, list | tuple):
-        return [t for v in obj for t in _tensors(v)]
-    return []
+    found: list[torch.Tensor] = []
+    map_tensors(obj, found.append)
+    return found
 
 
 def wait_until_quiet(max_wait_s: float, threshold: float = 0.15) -> float:

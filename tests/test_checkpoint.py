@@ -131,8 +131,62 @@ def test_checkpoint_is_json_plus_safetensors_without_pickle(tmp_path, monkeypatc
 
 
 def test_load_places_the_model_on_the_requested_device(saved):
-    model = ta.load_model(saved, device="cpu")
-    assert all(p.device.type == "cpu" for p in model.parameters())
+    """The meta device is a device a CPU machine has: a loader that ignored ``device`` fails."""
+    model = ta.load_model(saved, device="meta")
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert model.head.weight is model.embed.weight
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_saved_dtype_is_restored_and_dtype_casts(tmp_path, dtype):
+    model = tiny("lmm").to(dtype)
+    model.save_pretrained(tmp_path)
+    loaded = ta.load_model(tmp_path)
+    assert {p.dtype for p in loaded.parameters()} == {dtype}
+    assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
+    as_float = ta.load_model(tmp_path, dtype=torch.float32)
+    assert {p.dtype for p in as_float.parameters()} == {torch.float32}
+
+
+def test_from_pretrained_beside_save_pretrained(saved):
+    model = ta.LanguageModel.from_pretrained(saved, dtype=torch.float64)
+    assert model.config.name == "mac" and model.embed.weight.dtype == torch.float64
+    mac_class = type(tiny("mac"))
+    assert isinstance(mac_class.from_pretrained(saved), mac_class)
+    with pytest.raises(ta.CheckpointError, match="'mac'"):
+        type(tiny("lmm")).from_pretrained(saved)
+
+
+def write_v1(directory: Path, muon) -> None:
+    """Rewrite a saved config as format 1 wrote it: muon/impl/checkpoint in the memory."""
+    path = directory / "config.json"
+    meta = json.loads(path.read_text())
+    memory = meta["config"]["memory"]
+    memory.pop("update_rule")
+    memory.update(muon=muon, impl="chunk", checkpoint=True)
+    meta["version"] = 1
+    path.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("name", "muon", "rule"),
+    [("atlas", True, "muon"), ("omeganet", False, "momentum"), ("atlas", "chunk", "muon_chunk")],
+)
+def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
+    model = tiny(name, update_rule=rule)
+    model.save_pretrained(tmp_path)
+    write_v1(tmp_path, muon)
+    loaded = ta.load_model(tmp_path)
+    assert loaded.config == model.config and loaded.config.memory.update_rule == rule
+    layers = [m for m in loaded.modules() if isinstance(m, ta.NeuralMemory)]
+    assert all(m.impl == "auto" and not m.checkpoint for m in layers)  # run-time: not loaded
+    assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
+
+
+def test_format_2_is_written_without_runtime_choices(saved):
+    meta = json.loads((saved / "config.json").read_text())
+    assert meta["version"] == 2
+    assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
 
 
 # ---------------------------------------------------------------------------------------------

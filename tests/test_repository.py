@@ -78,3 +78,10 @@ def test_no_todo_without_an_issue():
         for line in path.read_text().splitlines():
             if "TODO" in line:
                 assert re.search(r"TODO\(#\d+\)", line), f"{path}: {line.strip()}"
+
+
+def test_readme_lists_the_models_in_the_order_list_models_returns():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = re.search(r"`ta\.list_models\(\)` gives `([^`]*)`", readme)
+    assert listed, "README must say what ta.list_models() gives"
+    assert [name.strip() for name in listed.group(1).split(",")] == ta.list_models()

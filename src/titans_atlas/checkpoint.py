@@ -1,24 +1,37 @@
 """Save and load models: ``config.json`` (the ModelConfig) beside ``model.safetensors``.
 
-No pickle anywhere: weights go through safetensors, the config through JSON.
+No pickle anywhere: weights go through safetensors, the config through JSON. Every tensor
+keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
+``CheckpointError`` naming the problem, when a file is missing or corrupt, the config lacks
+a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
+finite.
+
+Format versions: 2 (written now) holds the architecture only; 1 also held ``muon``, ``impl``
+and ``checkpoint`` in the memory config, read as ``update_rule`` with the two run-time
+choices dropped (set them with ``model.set_runtime``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_model as load_safetensors
+from safetensors.torch import load_file
 from safetensors.torch import save_model as save_safetensors
 
+from .layers.neural_memory import MemoryConfig
 from .models.backbone import MODELS, LanguageModel, build_model
 from .models.config import ModelConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+_V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
 class CheckpointError(ValueError):
@@ -26,8 +39,12 @@ class CheckpointError(ValueError):
 
 
 def save_model(model: LanguageModel, directory: str | Path) -> None:
-    """Write ``model``'s config and weights into ``directory`` (created if needed)."""
-    directory = Path(directory)
+    """Write ``model``'s config and weights into ``directory`` (created if needed). Refuses a
+    model whose weights could not be loaded back (not finite, or on the meta device)."""
+    if not isinstance(model, LanguageModel):
+        raise ValueError(f"model must be a LanguageModel, got {type(model).__name__}")
+    directory = _as_path(directory)
+    _check_tensors(dict(model.named_parameters()), "model", ValueError)
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()}
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -35,9 +52,18 @@ def save_model(model: LanguageModel, directory: str | Path) -> None:
     save_safetensors(model, str(directory / WEIGHTS_FILE), metadata={"model": model.config.name})
 
 
-def load_model(directory: str | Path, device: str | torch.device = "cpu") -> LanguageModel:
-    """Rebuild a model saved by ``save_pretrained``; raises CheckpointError on bad input."""
-    directory = Path(directory)
+def load_model(
+    directory: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> LanguageModel:
+    """Rebuild a model saved by ``save_pretrained`` on ``device`` (``"meta"`` gives shapes
+    only), in the saved dtypes or cast to floating ``dtype``; raises CheckpointError on a bad
+    directory and ValueError on a bad argument."""
+    directory = _as_path(directory)
+    device = _as_device(device)
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     for path in (config_path, weights_path):
         if not path.is_file():
@@ -48,17 +74,72 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Lan
         raise CheckpointError(
             f"{weights_path} holds a {saved_as!r} model, config says {config.name!r}"
         )
-    model = build_model(config)
+    with torch.device("meta"):  # shapes only: the loaded tensors become the parameters
+        model = build_model(config)
+    tensors = _read_weights(weights_path)
+    _check_tensors(tensors, str(weights_path), CheckpointError)
+    model.load_state_dict(_complete_state_dict(model, tensors, weights_path), assign=True)
+    model = model.to(device=device, dtype=dtype)
+    model.tie_weights()  # assign= and a move across device types replace tied Parameters
+    return model
+
+
+def _as_path(directory: Any) -> Path:
+    if not isinstance(directory, str | Path):
+        raise ValueError(f"directory must be a str or Path, got {type(directory).__name__}")
+    return Path(directory)
+
+
+def _as_device(device: Any) -> torch.device:
     try:
-        missing, unexpected = load_safetensors(model, str(weights_path), strict=False)
-    except (SafetensorError, RuntimeError, OSError) as err:
-        raise CheckpointError(f"cannot read weights from {weights_path}: {err}") from err
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must name a torch device, got {device!r}") from err
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], where: str, error: type) -> None:
+    """Every tensor floating point, materialised and finite (one pass, before any use)."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise error(f"{where}: tensor {name!r} has dtype {tensor.dtype}, not floating point")
+        if tensor.is_meta:
+            raise error(f"{where}: tensor {name!r} is on the meta device (no values to save)")
+        if not torch.isfinite(tensor).all():
+            raise error(f"{where}: tensor {name!r} holds NaN or inf")
+
+
+def _complete_state_dict(model: LanguageModel, tensors: dict, path: Path) -> dict:
+    """The file's tensors under every name the model uses: tied parameters are stored once
+    under one of their names. Raises CheckpointError naming missing and unexpected tensors."""
+    aliases: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(param), []).append(name)
+    state, missing = {}, []
+    for names in aliases.values():
+        present = [n for n in names if n in tensors]
+        if not present:
+            missing.append(" = ".join(names))
+            continue
+        if len(present) > 1:
+            raise CheckpointError(
+                f"{path} does not match the config: {present} are separate tensors, the "
+                "config ties them (tie_embeddings)"
+            )
+        state.update(dict.fromkeys(names, tensors[present[0]]))
+    unexpected = sorted(set(tensors) - set(state))
     if missing or unexpected:
         raise CheckpointError(
-            f"{weights_path} does not match the config: missing {sorted(missing)}, "
-            f"unexpected {sorted(unexpected)}"
+            f"{path} does not match the config: missing {sorted(missing)}, unexpected {unexpected}"
         )
-    return model.to(device)
+    shapes = {n: p.shape for n, p in model.named_parameters(remove_duplicate=False)}
+    wrong = [
+        f"{n} {list(t.shape)}, wants {list(shapes[n])}"
+        for n, t in state.items()
+        if t.shape != shapes[n]
+    ]
+    if wrong:
+        raise CheckpointError(f"{path} does not match the config: shapes {wrong}")
+    return state
 
 
 def _weights_model_name(path: Path) -> str | None:
@@ -69,6 +150,13 @@ def _weights_model_name(path: Path) -> str | None:
         raise CheckpointError(f"cannot read weights from {path}: {err}") from err
 
 
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise CheckpointError(f"cannot read weights from {path}: {err}") from err
+
+
 def _read_config(path: Path) -> ModelConfig:
     try:
         meta = json.loads(path.read_text())
@@ -76,14 +164,43 @@ def _read_config(path: Path) -> ModelConfig:
         raise CheckpointError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
         raise CheckpointError(f"{path} is not a {FORMAT} config")
-    if meta.get("version") != FORMAT_VERSION:
+    version = meta.get("version")
+    if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path} has format version {meta.get('version')}, this library reads {FORMAT_VERSION}"
+            f"{path} has format version {version!r}, this library reads {READABLE_VERSIONS}"
         )
-    name = meta["config"].get("name")
+    config = meta["config"]
+    if not isinstance(config, dict) or not isinstance(config.get("memory"), dict):
+        raise CheckpointError(f"{path}: 'config' and 'config.memory' must be JSON objects")
+    if version == 1:
+        config = _upgrade_v1(config, path)
+    name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
+    _require_keys(config, ModelConfig, path, "config")
+    _require_keys(config["memory"], MemoryConfig, path, "config.memory")
     try:
-        return ModelConfig.from_dict(meta["config"])
+        return ModelConfig.from_dict(config)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path} holds an invalid config: {err}") from err
+
+
+def _require_keys(data: dict, cls: type, path: Path, what: str) -> None:
+    """A saved config names every field: a default filled in silently would build a model
+    of another shape and fail later as a weight mismatch."""
+    missing = sorted({f.name for f in fields(cls)} - set(data))
+    if missing:
+        raise CheckpointError(f"{path}: {what} is missing key(s) {missing}")
+
+
+def _upgrade_v1(config: dict, path: Path) -> dict:
+    """Format 1 -> 2: ``muon`` becomes ``update_rule``; ``impl`` and ``checkpoint`` were
+    run-time choices and are dropped."""
+    memory = {k: v for k, v in config["memory"].items() if k not in ("impl", "checkpoint")}
+    if "muon" in memory:
+        muon = memory.pop("muon")
+        rule = _V1_UPDATE_RULES.get(muon) if isinstance(muon, bool | str) else None
+        if rule is None:
+            raise CheckpointError(f"{path}: config.memory.muon={muon!r} is not a known setting")
+        memory["update_rule"] = rule
+    return {**config, "memory": memory}

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+from weakref import WeakKeyDictionary
 
 import torch
 
-from .models.backbone import LanguageModel, ModelState
+from .models.backbone import LanguageModel
+from .models.state import ModelState
+from .validation import check_bool, check_int, check_number, check_token_ids
 
 __all__ = [
     "Sampler",
@@ -27,13 +31,15 @@ __all__ = [
     "apply_repetition_penalty",
     "apply_top_k",
     "apply_top_p",
+    "compiled_decode_step",
     "decode_one_token",
     "generate",
     "prefill",
     "process_logits",
 ]
 
-_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
+Step = Callable[[torch.Tensor, ModelState], tuple[torch.Tensor, ModelState]]
+_COMPILED_STEPS: WeakKeyDictionary[LanguageModel, dict[tuple, Step]] = WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -49,16 +55,15 @@ class SamplingConfig:
     greedy: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 or None, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must lie in (0, 1] or be None, got {self.top_p}")
-        if self.min_p is not None and not 0 <= self.min_p < 1:
-            raise ValueError(f"min_p must lie in [0, 1) or be None, got {self.min_p}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        check_number("temperature", self.temperature, 0.0, open_low=False)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k, 1)
+        if self.top_p is not None:
+            check_number("top_p", self.top_p, 0.0, 1.0, open_high=False)
+        if self.min_p is not None:
+            check_number("min_p", self.min_p, 0.0, 1.0, open_low=False)
+        check_number("repetition_penalty", self.repetition_penalty, 0.0)
+        check_bool("greedy", self.greedy)
 
     @property
     def is_greedy(self) -> bool:
@@ -165,9 +170,24 @@ def prefill(
 ) -> tuple[torch.Tensor, ModelState]:
     """One call over the whole prompt ``[B, T]`` (the model chunks it internally); returns the
     last position's logits ``[B, V]`` and the stream state after the prompt."""
-    _check_prompt(prompt_ids)
+    _check_model(model)
+    _check_prompt(prompt_ids, model.config.vocab_size)
     logits, state = model(prompt_ids, state, last_only=True)
     return logits[:, -1], state
+
+
+def compiled_decode_step(model: LanguageModel, **compile_options: Any) -> Step:
+    """``step(token [B, 1], state) -> (logits [B, 1, V], state)``: the model's forward under
+    ``torch.compile(**compile_options)``, built once per model and options and reused at every
+    position (gpt-fast's compiled decode). Shapes never change while decoding -- ring KV caches,
+    fixed-size memory states -- so after the first steps of a stream (the position turns
+    symbolic; the memory's chunk phase adds a few graphs) nothing recompiles."""
+    _check_model(model)
+    key = tuple(sorted(compile_options.items()))
+    steps = _COMPILED_STEPS.setdefault(model, {})
+    if key not in steps:
+        steps[key] = torch.compile(model, **compile_options)
+    return steps[key]
 
 
 @torch.no_grad()
@@ -176,11 +196,19 @@ def decode_one_token(
     token: torch.Tensor,
     state: ModelState,
     sampler: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    step: Step | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, ModelState]:
     """Feed ``token`` ``[B]`` (or ``[B, 1]``) through the stream; ``sampler`` maps logits
-    ``[B, V]`` to tokens ``[B]``. Returns the next token ``[B]``, its logits ``[B, V]`` and the
-    advanced state."""
-    logits, state = model(token.reshape(-1, 1), state)
+    ``[B, V]`` to tokens ``[B]``; ``step`` (e.g. ``compiled_decode_step(model)``) replaces the
+    model's eager forward. Returns the next token ``[B]``, its logits ``[B, V]`` and the
+    advanced state (``state`` itself is not modified)."""
+    _check_model(model)
+    if not isinstance(token, torch.Tensor) or token.ndim not in (1, 2) or token.shape[-1:] == (0,):
+        raise ValueError("token must be a [B] or [B, 1] tensor of token ids")
+    if not callable(sampler):
+        raise ValueError(f"sampler must map logits to tokens, got {type(sampler).__name__}")
+    logits, state = (model if step is None else step)(token.reshape(-1, 1), state)
     logits = logits[:, -1]
     return sampler(logits), logits, state
 
@@ -200,12 +228,14 @@ def generate(
     stop_tokens: Sequence[int] = (),
     greedy: bool = False,
     pad_token: int | None = None,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Continue ``prompt_ids`` ``[B, T]``; returns int64 ``[B, T + n]``, n <= max_new_tokens.
 
     A sample that emits one of ``stop_tokens`` is finished: its later positions hold
     ``pad_token``, or that stop token if None. Generation ends early (n < max_new_tokens)
-    once every sample is finished. Same ``seed`` -> same tokens.
+    once every sample is finished. Same ``seed`` -> same tokens. ``compile=True`` decodes
+    with ``compiled_decode_step(model)`` (compiled on first use, then reused).
     """
     config = SamplingConfig(
         temperature=temperature,
@@ -215,7 +245,10 @@ def generate(
         repetition_penalty=repetition_penalty,
         greedy=greedy,
     )
-    _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token)
+    stop_tokens = _check_generate_args(
+        model, prompt_ids, max_new_tokens, stop_tokens, pad_token, seed, compile
+    )
+    decode_step = compiled_decode_step(model) if compile else None
     prompt_ids = prompt_ids.long()
     if max_new_tokens == 0:
         return prompt_ids.clone()
@@ -231,7 +264,7 @@ def generate(
         fill = _mark_finished(token, fill, stops, pad_token)
         if step == max_new_tokens - 1 or (len(stops) and bool((fill >= 0).all())):
             break
-        token, _, state = decode_one_token(model, token, state, sampler)
+        token, _, state = decode_one_token(model, token, state, sampler, step=decode_step)
     return torch.cat([prompt_ids, torch.stack(new_tokens, dim=1)], dim=1)
 
 
@@ -243,11 +276,13 @@ def _mark_finished(
     return torch.where(just_stopped, token if pad_token is None else pad_token, fill)
 
 
-def _check_prompt(prompt_ids: torch.Tensor) -> None:
-    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.ndim != 2:
-        raise ValueError("prompt_ids must be a [B, T] tensor of token ids")
-    if prompt_ids.dtype not in _INTEGER_DTYPES:
-        raise ValueError(f"prompt_ids must be integer token ids, got {prompt_ids.dtype}")
+def _check_model(model: Any) -> None:
+    if not isinstance(model, LanguageModel):
+        raise ValueError(f"model must be a titans_atlas LanguageModel, got {type(model).__name__}")
+
+
+def _check_prompt(prompt_ids: torch.Tensor, vocab_size: int) -> None:
+    check_token_ids("prompt_ids", prompt_ids, vocab_size)
     if prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
         raise ValueError(
             f"prompt_ids must hold >= 1 token per sample, got {tuple(prompt_ids.shape)}"
@@ -260,14 +295,21 @@ def _check_generate_args(
     max_new_tokens: int,
     stop_tokens: Sequence[int],
     pad_token: int | None,
-) -> None:
-    _check_prompt(prompt_ids)
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    seed: int | None,
+    compile: bool,
+) -> tuple[int, ...]:
+    """Check every argument of ``generate`` once; return the stop tokens as a tuple."""
+    _check_model(model)
     vocab = model.config.vocab_size
-    if prompt_ids.min() < 0 or prompt_ids.max() >= vocab:
-        raise ValueError(f"prompt_ids must lie in [0, {vocab})")
-    if any(not 0 <= int(t) < vocab for t in stop_tokens):
-        raise ValueError(f"stop_tokens must lie in [0, {vocab}), got {list(stop_tokens)}")
-    if pad_token is not None and not 0 <= pad_token < vocab:
-        raise ValueError(f"pad_token must lie in [0, {vocab}), got {pad_token}")
+    _check_prompt(prompt_ids, vocab)
+    check_int("max_new_tokens", max_new_tokens, 0)
+    if seed is not None:
+        check_int("seed", seed, 0, 2**64 - 1)
+    check_bool("compile", compile)
+    if isinstance(stop_tokens, str | bytes | torch.Tensor) or not isinstance(stop_tokens, Sequence):
+        raise ValueError(f"stop_tokens must be a list or tuple of token ids, got {stop_tokens!r}")
+    for token in stop_tokens:
+        check_int("stop_tokens", token, 0, vocab - 1)
+    if pad_token is not None:
+        check_int("pad_token", pad_token, 0, vocab - 1)
+    return tuple(stop_tokens)

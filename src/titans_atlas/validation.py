@@ -1,15 +1,36 @@
-"""Argument checks that raise ValueError naming the argument (used by the configs)."""
+"""Argument checks at the public boundaries. Each raises ValueError naming the argument.
+
+One rule for the whole library (CONTRIBUTING.md, "Bad input"): types and ranges are checked
+once per call where the user's input enters (configs, a model's forward, generation,
+checkpoints), never in the hot path. Checks of tensor *values* (id range, finiteness) need a
+host synchronisation: they run in eager mode and are skipped while ``torch.compile`` traces
+(``compiling()``), so a compiled graph has no data-dependent branch.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
+import torch
 
-def check_int(name: str, value: Any, minimum: int) -> None:
-    """``value`` must be an int (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+INTEGER_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
+
+
+def compiling() -> bool:
+    """True while torch.compile traces (value checks are skipped there)."""
+    return torch.compiler.is_compiling()
+
+
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
+    """``value`` must be an int (not a bool) in [minimum, maximum]."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    if ok and maximum is not None:
+        ok = value <= maximum
+    if not ok:
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
 
 
 def check_number(
@@ -20,8 +41,9 @@ def check_number(
     open_low: bool = True,
     open_high: bool = True,
 ) -> None:
-    """``value`` must be a real number in the interval (low, high) (ends open by default)."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    """``value`` must be a finite real number in the interval (low, high) (ends open by
+    default); NaN and inf are always refused."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = value > low if open_low else value >= low
         if high is not None:
@@ -29,10 +51,35 @@ def check_number(
     if not ok:
         left, right = "(" if open_low else "[", ")" if open_high else "]"
         interval = f"{left}{low}, {high if high is not None else 'inf'}{right}"
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """``value`` must be True or False (a truthy string like "no" is not)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
     choices = tuple(choices)
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_token_ids(name: str, ids: Any, vocab_size: int | None) -> None:
+    """``ids`` must be a ``[B, T]`` integer tensor with every id in [0, vocab_size). The range
+    (a host sync) is compared in int64 -- a uint8 256 would wrap -- and skipped while
+    compiling or when ``vocab_size`` is None."""
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+        got = f"shape {list(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be a [B, T] tensor of token ids, got {got}")
+    if ids.dtype not in INTEGER_ID_DTYPES:
+        raise ValueError(
+            f"{name} must hold integer token ids ({', '.join(map(str, INTEGER_ID_DTYPES))}), "
+            f"got {ids.dtype}"
+        )
+    if vocab_size is not None and ids.numel() and not compiling():
+        wide = ids.to(torch.int64)
+        low, high = int(wide.min()), int(wide.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {low} to {high}")

@@ -77,7 +77,7 @@ def test_memory_fields_by_name_and_as_a_dict_are_routed_into_memory_config(name)
 def test_memory_overrides_keep_the_architecture_defaults(name):
     """Overriding one memory field must not reset what defines the architecture."""
     default = ta.model_config(name).memory
-    defining = ("model", "omega_window", "feature_map", "muon")
+    defining = ("model", "omega_window", "feature_map", "update_rule")
     by_name, as_dict = (
         ta.model_config(name, chunk_size=5),
         ta.model_config(name, memory={"read": "before"}),
@@ -91,12 +91,14 @@ def test_memory_overrides_keep_the_architecture_defaults(name):
 def test_architecture_defaults_follow_the_spec():
     atlas = ta.model_config("atlas").memory
     assert (atlas.omega_window, atlas.feature_map, atlas.poly_degree) == (8, "polynomial", 2)
-    assert atlas.muon and atlas.residual and atlas.model == "mlp" and atlas.depth == 2
-    assert not ta.model_config("omeganet").memory.muon
+    assert atlas.update_rule == "muon"
+    assert atlas.residual and atlas.model == "mlp" and atlas.depth == 2
+    assert ta.model_config("omeganet").memory.update_rule == "momentum"
     assert ta.model_config("atlas++").memory.model == "gated_mlp"
     for name in ("mac", "mag", "mal", "lmm"):
         titans = ta.model_config(name).memory
-        assert titans.omega_window == 1 and titans.feature_map is None and not titans.muon
+        assert titans.omega_window == 1 and titans.feature_map is None
+        assert titans.update_rule == "momentum"
 
 
 def test_memory_config_object_is_accepted():
@@ -180,14 +182,15 @@ BAD_VALUES = {
     "feature_map": ({"feature_map": "cubic"}, "feature_map"),
     "poly_degree=-1": ({"feature_map": "polynomial", "poly_degree": -1}, "poly_degree"),
     "read": ({"read": "sideways"}, "read"),
-    "muon": ({"muon": "sometimes"}, "muon"),
+    "update_rule": ({"update_rule": "sometimes"}, "update_rule"),
+    "update_rule=True": ({"update_rule": True}, "update_rule"),
     "output_gate": ({"output_gate": "tanh"}, "output_gate"),
     "init_lr=1.5": ({"init_lr": 1.5}, "init_lr"),
     "init_decay=0": ({"init_decay": 0.0}, "init_decay"),
     "lr_max=0": ({"lr_max": 0.0}, "lr_max"),
     "init_lr>lr_max": ({"lr_max": 0.05, "init_lr": 0.1}, "init_lr|lr_max"),
     "conv_kernel=0": ({"conv_kernel": 0}, "conv_kernel"),
-    "impl": ({"impl": "no-such-impl"}, "impl"),
+    "residual='no'": ({"residual": "no"}, "residual"),
 }
 
 
@@ -262,3 +265,68 @@ def test_meta_parameter_count_matches_a_real_model(name):
     """The meta-device count equals the count of an allocated model of the same config."""
     real = ta.create_model(name, "debug").num_parameters()
     assert meta_parameter_count(name, "debug") == real
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time choices live outside the config
+
+
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [("muon", "update_rule"), ("impl", "memory_impl"), ("checkpoint", "memory_checkpoint")],
+)
+def test_fields_that_left_the_config_are_refused_with_their_new_home(field, where):
+    with pytest.raises(ValueError, match=where):
+        ta.create_model("lmm", **TINY, **{field: True})
+    with pytest.raises(ValueError, match=where):
+        ta.ModelConfig(memory={field: True})
+
+
+def test_set_runtime_reaches_every_memory_layer_and_never_the_config():
+    model = ta.create_model("mag", **TINY)
+    before = model.config.to_dict()
+    assert model.set_runtime(memory_impl="reference", memory_checkpoint=True) is model
+    layers = [m for m in model.modules() if isinstance(m, ta.NeuralMemory)]
+    assert len(layers) == TINY["depth"]
+    assert all(m.impl == "reference" and m.checkpoint for m in layers)
+    model.set_runtime(memory_impl="chunk")  # None leaves the other choice as it is
+    assert all(m.impl == "chunk" and m.checkpoint for m in layers)
+    assert model.config.to_dict() == before
+    assert "impl" not in str(before) and "checkpoint" not in str(before)
+
+
+def test_the_implementation_set_at_run_time_is_the_one_that_runs():
+    """Reference and chunked forms agree (to fp32 rounding) but not bitwise: a model whose
+    runtime choice were ignored would give bitwise-equal logits for both."""
+    model = seeded("lmm", **TINY)
+    ids = torch.randint(0, 50, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        chunk = model.set_runtime(memory_impl="chunk")(ids)[0]
+        reference = model.set_runtime(memory_impl="reference")(ids)[0]
+    assert not torch.equal(chunk, reference)
+    torch.testing.assert_close(chunk, reference, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"memory_impl": "fast"}, "memory_impl"), ({"memory_checkpoint": "yes"}, "memory_checkpoint")],
+)
+def test_set_runtime_rejects_bad_values_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        ta.create_model("lmm", **TINY).set_runtime(**kwargs)
+
+
+def test_runtime_choices_reach_memory_scan(monkeypatch):
+    import titans_atlas.layers.neural_memory as layer
+
+    seen, original = [], layer.memory_scan
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["impl"], kwargs["checkpoint"]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(layer, "memory_scan", spy)
+    model = ta.create_model("lmm", **TINY)
+    model(torch.zeros(1, 4, dtype=torch.long))
+    model.set_runtime(memory_impl="chunk", memory_checkpoint=True)(torch.zeros(1, 4).long())
+    assert seen == [("auto", False)] * 2 + [("chunk", True)] * 2

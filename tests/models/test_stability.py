@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
+from titans_atlas.layers import MemoryLayerState
 
 
 @pytest.mark.parametrize("name", ["lmm", "mac", "mag", "mal", "omeganet"])
@@ -17,6 +18,6 @@ def test_untrained_model_streams_1k_tokens_at_chunk_64(name):
     with torch.no_grad():
         logits, state = model(ids)
     assert torch.isfinite(logits).all()
-    memory = state.blocks[-1]
-    memory = memory["memory"] if isinstance(memory, dict) else memory
-    assert all(torch.isfinite(w).all() for w in memory.memory.weights.values())
+    block = state.blocks[-1]
+    layer = block if isinstance(block, MemoryLayerState) else block.memory
+    assert all(torch.isfinite(w).all() for w in layer.memory.weights.values())

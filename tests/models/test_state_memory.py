@@ -2,28 +2,19 @@
 buffer (a slice of the input would keep the whole input alive), and ``last_only`` prefill
 logits match the full forward."""
 
-import dataclasses
-
 import pytest
 import torch
 
 import titans_atlas as ta
+from titans_atlas.ops.state import map_tensors
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
 
 
-def tensors_in(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif dataclasses.is_dataclass(obj):
-        for field in dataclasses.fields(obj):
-            yield from tensors_in(getattr(obj, field.name))
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from tensors_in(value)
-    elif isinstance(obj, list | tuple):
-        for value in obj:
-            yield from tensors_in(value)
+def tensors_in(obj) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    map_tensors(obj, found.append)
+    return found
 
 
 @pytest.mark.parametrize("name", ta.list_models())
@@ -59,8 +50,9 @@ def test_state_helpers_detach_move_and_measure():
     detached = long.detach()
     assert all(not t.requires_grad for t in tensors_in(detached))
     assert any(t.requires_grad for t in tensors_in(long))
-    moved = detached.to("cpu")
-    assert moved.position == long.position and moved.nbytes() == long.nbytes()
+    moved = detached.to("meta")  # a device other than the one the state is on
+    assert all(t.is_meta for t in tensors_in(moved))
+    assert moved.position == long.position and moved.batch_size == long.batch_size
 
 
 def test_a_state_from_another_architecture_is_rejected():

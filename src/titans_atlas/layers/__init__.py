@@ -1,7 +1,7 @@
 """Modules that own parameters and call the ops: attention, the memory layer, small blocks."""
 
 from .attention import Attention, KVCache, VisibilityRule
-from .basic import CausalConv, SwiGLU, rotary
+from .basic import CausalConv, SwiGLU, apply_rotary, rotary, rotary_tables
 from .neural_memory import MemoryConfig, MemoryLayerState, NeuralMemory
 
 __all__ = [
@@ -13,5 +13,7 @@ __all__ = [
     "NeuralMemory",
     "SwiGLU",
     "VisibilityRule",
+    "apply_rotary",
     "rotary",
+    "rotary_tables",
 ]

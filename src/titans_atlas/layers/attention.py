@@ -2,10 +2,15 @@
 streaming KV cache.
 
 Axes: B batch, T tokens, D model width, H heads, Dh head width, P persistent tokens,
-L cached tokens. Which keys a query may see is a rule on absolute positions: key position
+L cache slots. Which keys a query may see is a rule on absolute positions: key position
 <= query position, and within ``window`` tokens (SWA) or in the same ``segment`` (MAC).
-Persistent tokens have no position and are always visible. The cache keeps only keys some
-future query may still see, so it stays bounded for windows and segments.
+Persistent tokens have no position and are always visible.
+
+The cache of a windowed or segmented rule is a ring of fixed size (gpt-fast's static cache):
+slot j holds the latest token whose position is j mod L, L = window - 1 or segment - 1 (all a
+future query may still see), and empty slots carry a position no rule lets through. Its shapes
+never change, so a compiled decode step is one graph at every position. Full attention keeps
+every token (its cache grows with the context).
 """
 
 from __future__ import annotations
@@ -17,16 +22,20 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .basic import rotary
+from .basic import apply_rotary, rotary_tables
 
 QUERY_BLOCK = 512  # queries per SDPA call: bounds the mask and score memory on long inputs
+EMPTY_POSITION = -(2**62)  # an empty cache slot: out of every window and segment
 
 
 @dataclass
 class KVCache:
-    keys: torch.Tensor  # [B, H, L, Dh], rotary already applied
-    values: torch.Tensor  # [B, H, L, Dh]
-    positions: torch.Tensor  # [L] absolute positions (long)
+    """Keys and values a future query may see, per source (the tokens, and MAC's retrieved
+    memory tokens): source s owns slots ``[s L, (s + 1) L)``."""
+
+    keys: torch.Tensor  # [B, H, S*L, Dh], rotary already applied
+    values: torch.Tensor  # [B, H, S*L, Dh]
+    positions: torch.Tensor  # [S*L] absolute positions (int64), EMPTY_POSITION when unused
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,12 @@ class VisibilityRule:
             first = max(first, position - position % self.segment)
         return first
 
+    @property
+    def capacity(self) -> int | None:
+        """Cache slots per source: earlier tokens a query may see (None: unbounded)."""
+        spans = [span - 1 for span in (self.window, self.segment) if span is not None]
+        return min(spans) if spans else None
+
 
 class Attention(nn.Module):
     """Multi-head causal attention ``[B, T, D] -> [B, T, D]`` with rotary positions.
@@ -78,13 +93,29 @@ class Attention(nn.Module):
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.to_out = nn.Linear(dim, dim, bias=False)
         # Persistent memory tokens live in model space and go through the key/value projections.
-        self.persistent = (
-            nn.Parameter(0.02 * torch.randn(num_persistent, dim)) if num_persistent else None
-        )
+        self.persistent = nn.Parameter(torch.empty(num_persistent, dim)) if num_persistent else None
+        self.init_weights()
 
-    def _project(self, x: torch.Tensor, positions: torch.Tensor):
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, out_std: float | None = None) -> None:
+        """N(0, std) for the q/k/v projection and the persistent tokens, N(0, out_std)
+        (default std) for the output projection."""
+        nn.init.normal_(self.to_qkv.weight, std=std)
+        nn.init.normal_(self.to_out.weight, std=std if out_std is None else out_std)
+        if self.persistent is not None:
+            nn.init.normal_(self.persistent, std=std)
+
+    def _project(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]):
+        """q, k, v ``[B, H, T, Dh]`` of ``x`` ``[B, T, D]``, q and k rotated."""
         q, k, v = rearrange(self.to_qkv(x), "b t (n h d) -> n b h t d", n=3, h=self.num_heads)
-        return rotary(q, positions, self.rope_base), rotary(k, positions, self.rope_base), v
+        return apply_rotary(q, *rotation), apply_rotary(k, *rotation), v
+
+    def _project_keys(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]):
+        """k (rotated), v ``[B, H, T, Dh]`` of ``x`` ``[B, T, D]``: no queries."""
+        width = self.to_qkv.in_features
+        kv = F.linear(x, self.to_qkv.weight[width:])
+        k, v = rearrange(kv, "b t (n h d) -> n b h t d", n=2, h=self.num_heads)
+        return apply_rotary(k, *rotation), v
 
     def forward(
         self,
@@ -93,20 +124,58 @@ class Attention(nn.Module):
         position: int,
         context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, KVCache]:
-        length = x.shape[1]
-        positions = torch.arange(position, position + length, device=x.device)
-        q, k, v = self._project(x, positions)
-        sources = [(cache.keys, cache.values, cache.positions)] if cache is not None else []
-        if context is not None:
-            _, k_ctx, v_ctx = self._project(context, positions)
-            sources.append((k_ctx, v_ctx, positions))
-        sources.append((k, v, positions))
-        keys, values, key_pos = (list(group) for group in zip(*sources))
-        keys, values, key_pos = torch.cat(keys, 2), torch.cat(values, 2), torch.cat(key_pos)
-        out = self._attend(q, positions, keys, values, key_pos)
-        keep = key_pos >= self.rule.first_visible(position + length)
-        cache = KVCache(keys[:, :, keep], values[:, :, keep], key_pos[keep])
+        """``x`` ``[B, T, D]`` at absolute positions ``position ...``; returns ``[B, T, D]``
+        and the cache after the last token (``cache`` itself is not modified)."""
+        positions = torch.arange(position, position + x.shape[1], device=x.device)
+        rotation = rotary_tables(
+            positions, self.to_qkv.in_features // self.num_heads, self.rope_base
+        )
+        q, k, v = self._project(x, rotation)
+        new_keys, new_values = [k], [v]
+        if context is not None:  # MAC: the retrieved tokens come first, as source 0
+            k_ctx, v_ctx = self._project_keys(context, rotation)
+            new_keys, new_values = [k_ctx, k], [v_ctx, v]
+        if cache is None:
+            cache = self.empty_cache(q, len(new_keys))
+        out = self._attend(q, position, cache, new_keys, new_values)
+        cache = self._write(cache, new_keys, new_values, position)
         return self.to_out(rearrange(out, "b h t d -> b t (h d)")), cache
+
+    def empty_cache(self, q: torch.Tensor, sources: int) -> KVCache:
+        """A cache holding no token, like ``q`` ``[B, H, T, Dh]`` (ring slots all empty)."""
+        slots = sources * (self.rule.capacity or 0)
+        keys = q.new_zeros(q.shape[0], q.shape[1], slots, q.shape[3])
+        positions = torch.full((slots,), EMPTY_POSITION, dtype=torch.long, device=q.device)
+        return KVCache(keys, keys.clone(), positions)
+
+    def _write(self, cache: KVCache, keys: list, values: list, position: int) -> KVCache:
+        """The cache after tokens ``position ... position + T - 1`` (one ``[B, H, T, Dh]``
+        per source): appended (full attention) or written into the ring."""
+        length = keys[0].shape[2]
+        positions = torch.arange(position, position + length, device=cache.positions.device)
+        capacity = self.rule.capacity
+        if capacity is None:
+            return KVCache(
+                torch.cat([cache.keys, *keys], dim=2),
+                torch.cat([cache.values, *values], dim=2),
+                torch.cat([cache.positions, *[positions] * len(keys)]),
+            )
+        # Slot j's token after the call: the latest position = j (mod L) before the end; it
+        # came with this call if it is >= position, else the slot keeps what it held.
+        last = position + length - 1
+        slot = torch.arange(capacity, device=positions.device)
+        latest = last - torch.remainder(last - slot, capacity)  # [L]
+        fresh = latest >= position
+        take = (latest - position).clamp(0, max(length - 1, 0))
+        ring_keys, ring_values, ring_positions = [], [], []
+        for s, (k, v) in enumerate(zip(keys, values)):
+            part = slice(s * capacity, (s + 1) * capacity)
+            ring_keys.append(_select(fresh, k, take, cache.keys[:, :, part]))
+            ring_values.append(_select(fresh, v, take, cache.values[:, :, part]))
+            ring_positions.append(torch.where(fresh, latest, cache.positions[part]))
+        return KVCache(
+            torch.cat(ring_keys, dim=2), torch.cat(ring_values, dim=2), torch.cat(ring_positions)
+        )
 
     def _persistent_kv(self, q: torch.Tensor):
         """Persistent tokens through the key/value projections: ``[B, H, P, Dh]`` each."""
@@ -118,23 +187,37 @@ class Attention(nn.Module):
         )
         return k.expand(q.shape[0], *k.shape), v.expand(q.shape[0], *v.shape)
 
-    def _attend(self, q, q_pos, keys, values, key_pos) -> torch.Tensor:
-        """SDPA over query blocks; each block sees only the keys its rule can allow."""
+    def _attend(self, q, position: int, cache: KVCache, keys: list, values: list):
+        """SDPA over query blocks ``q`` ``[B, H, T, Dh]``; a block sees the persistent tokens,
+        the cache, and the new keys its rule can allow (a slice: no data-dependent shape)."""
         p_keys, p_values = self._persistent_kv(q)
+        length, cached = q.shape[2], cache.keys.to(q.dtype)
+        positions = torch.arange(position, position + length, device=q.device)
         outputs = []
-        for start in range(0, q.shape[2], QUERY_BLOCK):
-            block_pos = q_pos[start : start + QUERY_BLOCK]
-            near = (key_pos >= self.rule.first_visible(int(block_pos[0]))) & (
-                key_pos <= block_pos[-1]
-            )
-            mask = self.rule.allowed(block_pos, key_pos[near])
+        for start in range(0, length, QUERY_BLOCK):
+            stop = min(length, start + QUERY_BLOCK)
+            # the first block's earliest visible key is never a new one past its first query
+            low = 0 if start == 0 else max(0, self.rule.first_visible(position + start) - position)
+            key_pos = torch.cat([cache.positions, *[positions[low:stop]] * len(keys)])
+            mask = self.rule.allowed(positions[start:stop], key_pos)
             mask = torch.cat([mask.new_ones(mask.shape[0], p_keys.shape[2]), mask], dim=1)
+            block_keys = [p_keys, cached, *[k[:, :, low:stop] for k in keys]]
+            block_values = [
+                p_values,
+                cache.values.to(q.dtype),
+                *[v[:, :, low:stop] for v in values],
+            ]
             outputs.append(
                 F.scaled_dot_product_attention(
-                    q[:, :, start : start + QUERY_BLOCK],
-                    torch.cat([p_keys, keys[:, :, near]], dim=2),
-                    torch.cat([p_values, values[:, :, near]], dim=2),
+                    q[:, :, start:stop],
+                    torch.cat(block_keys, dim=2),
+                    torch.cat(block_values, dim=2),
                     attn_mask=mask,
                 )
             )
         return torch.cat(outputs, dim=2)
+
+
+def _select(fresh: torch.Tensor, new: torch.Tensor, take: torch.Tensor, old: torch.Tensor):
+    """Ring slots ``[B, H, L, Dh]``: ``new[:, :, take[j]]`` where ``fresh[j]``, else ``old``."""
+    return torch.where(fresh[:, None], new.index_select(2, take), old.to(new.dtype))

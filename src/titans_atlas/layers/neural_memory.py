@@ -11,7 +11,7 @@ per-head RMSNorm -> output gate -> output projection.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,9 @@ from einops import rearrange
 from torch import nn
 
 from ..ops import (
+    READ_MODES,
+    SCAN_IMPLS,
+    UPDATE_RULES,
     GatedMLPMemory,
     LinearMemory,
     MemoryState,
@@ -28,16 +31,22 @@ from ..ops import (
     polynomial_features,
     polynomial_width,
 )
-from ..validation import check_choice, check_int, check_number
+from ..validation import check_bool, check_choice, check_int, check_number
 from .basic import CausalConv
 
+# The layer's own choices; the scan's (update rules, read modes, implementations) live in ops.
 MEMORY_MODELS = ("linear", "mlp", "gated_mlp")
 FEATURE_MAPS = (None, "polynomial")
 
 
 @dataclass
 class MemoryConfig:
-    """Settings of one memory layer. ``init_*`` are the gates of an untrained layer.
+    """Settings of one memory layer: the architecture only (how the scan runs -- implementation,
+    activation checkpointing -- is chosen at run time with ``NeuralMemory.set_runtime``).
+    ``init_*`` are the gates of an untrained layer.
+
+    ``update_rule``: "momentum" (Titans), "muon" (ATLAS: NS5 of the momentum at every token) or
+    "muon_chunk" (one NS5 step per chunk, a different model; docs/memory.md).
 
     Stability: a chunk takes C gradient steps at one base point, and momentum multiplies the
     step by up to 1 / (1 - eta), so the inner step per chunk is about C theta / (1 - eta) (times
@@ -52,7 +61,7 @@ class MemoryConfig:
     residual: bool = False
     chunk_size: int = 64
     omega_window: int = 1
-    muon: bool | str = False  # False | True ("token") | "chunk"
+    update_rule: str = "momentum"  # "momentum" | "muon" | "muon_chunk"
     feature_map: str | None = None  # None | "polynomial"
     poly_degree: int = 2
     feature_projection: bool = False  # learned projection of phi(k) back to the head width
@@ -64,17 +73,16 @@ class MemoryConfig:
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
     conv_kernel: int = 4
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
-    checkpoint: bool = False
-    impl: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("model", self.model, MEMORY_MODELS)
         check_choice("feature_map", self.feature_map, FEATURE_MAPS)
         check_choice("output_gate", self.output_gate, ("sigmoid", "silu"))
         check_choice("activation", self.activation, ("gelu", "silu"))
-        check_choice("muon", self.muon, (False, True, "token", "chunk"))
-        check_choice("read", self.read, ("after", "before"))
-        check_choice("impl", self.impl, ("auto", "chunk", "reference"))
+        check_choice("update_rule", self.update_rule, UPDATE_RULES)
+        check_choice("read", self.read, READ_MODES)
+        for name in ("residual", "feature_projection"):
+            check_bool(name, getattr(self, name))
         for name, minimum in (
             ("chunk_size", 1),
             ("omega_window", 1),
@@ -103,10 +111,13 @@ class MemoryConfig:
 
 @dataclass
 class MemoryLayerState:
-    """A memory layer's stream: the memory itself and the conv caches (by stream name)."""
+    """A memory layer's stream: the memory itself and the causal-conv caches of q, k, v
+    (``[B, K-1, H*Dh]`` each; None before the first token)."""
 
     memory: MemoryState
-    conv: dict[str, torch.Tensor] = field(default_factory=dict)
+    conv_q: torch.Tensor | None = None
+    conv_k: torch.Tensor | None = None
+    conv_v: torch.Tensor | None = None
 
 
 def _logit(p: float) -> float:
@@ -114,35 +125,74 @@ def _logit(p: float) -> float:
 
 
 class NeuralMemory(nn.Module):
-    """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
+    """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data.
+
+    Run-time choices live on the module, not in the config (they are never saved with the
+    weights): ``impl`` ("auto" | "chunk" | "reference") and ``checkpoint`` (recompute each
+    chunk in backward), set with ``set_runtime``.
+    """
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         self.config, self.num_heads = config, num_heads
+        self.impl, self.checkpoint = "auto", False
         head_dim = self.head_dim = dim // num_heads
         width = head_dim * num_heads
         self.to_qkv = nn.Linear(dim, 3 * width, bias=False)
         self.conv = nn.ModuleDict({n: CausalConv(width, config.conv_kernel) for n in "qkv"})
         self.omega_gates = config.omega_window if config.omega_window > 1 else 0
         self.to_gates = nn.Linear(dim, num_heads * (3 + self.omega_gates))
-        self._init_gates()
         key_dim = head_dim
         if config.feature_map == "polynomial":
-            degree = config.poly_degree
-            self.poly_coefficients = nn.Parameter(default_polynomial_coefficients(degree))
-            key_dim = polynomial_width(head_dim, degree)
+            self.poly_coefficients = nn.Parameter(torch.empty(config.poly_degree + 1))
+            key_dim = polynomial_width(head_dim, config.poly_degree)
             if config.feature_projection:
                 self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
                 key_dim = head_dim
         self.memory = _build_memory(config, key_dim, head_dim)
         self.initial_weights = nn.ParameterDict(
-            {n: nn.Parameter(w) for n, w in self.memory.init_weights(num_heads).items()}
+            {
+                name: nn.Parameter(torch.empty(num_heads, *shape))
+                for name, shape in self.memory.weight_shapes().items()
+            }
         )
         self.out_norm = nn.RMSNorm(head_dim, eps=1e-6)
         self.to_out_gate = nn.Linear(dim, width, bias=False)
         self.to_out = nn.Linear(width, dim, bias=False)
+        self.init_weights()
+
+    def set_runtime(self, impl: str | None = None, checkpoint: bool | None = None) -> None:
+        """Choose how ``memory_scan`` runs (None leaves a choice as it is)."""
+        if impl is not None:
+            check_choice("memory_impl", impl, SCAN_IMPLS)
+            self.impl = impl
+        if checkpoint is not None:
+            check_bool("memory_checkpoint", checkpoint)
+            self.checkpoint = checkpoint
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02, out_std: float | None = None) -> None:
+        """Initialise every parameter in place: projections N(0, std), the output projection
+        N(0, out_std) (default std), gates that give the configured untrained gate values,
+        memory weights from the memory model's own initialiser."""
+        out_std = std if out_std is None else out_std
+        for linear in (self.to_qkv, self.to_out_gate):
+            nn.init.normal_(linear.weight, std=std)
+        nn.init.normal_(self.to_out.weight, std=out_std)
+        for conv in self.conv.values():
+            conv.init_weights()
+        self.out_norm.reset_parameters()
+        self._init_gates()
+        if self.config.feature_map == "polynomial":
+            coefficients = default_polynomial_coefficients(self.config.poly_degree)
+            self.poly_coefficients.copy_(coefficients)
+            if self.config.feature_projection:
+                nn.init.normal_(self.feature_projection.weight, std=std)
+        fresh = self.memory.init_weights(self.num_heads, device=self.to_qkv.weight.device)
+        for name, weight in self.initial_weights.items():
+            weight.copy_(fresh[name])
 
     def _init_gates(self) -> None:
         """Small weights and biases that give the configured untrained gates."""
@@ -155,8 +205,8 @@ class NeuralMemory(nn.Module):
         ]
         if self.omega_gates:
             biases += [_logit(config.omega_init)] * self.omega_gates
-        with torch.no_grad():
-            self.to_gates.bias.copy_(torch.tensor(biases).repeat_interleave(heads))
+        bias = torch.tensor(biases, device=self.to_gates.bias.device)
+        self.to_gates.bias.copy_(bias.repeat_interleave(heads))
 
     def initial_state(self, batch_size: int) -> MemoryLayerState:
         weights = dict(self.initial_weights.items())
@@ -193,14 +243,17 @@ class NeuralMemory(nn.Module):
     ) -> tuple[torch.Tensor, MemoryLayerState]:
         if state is None:
             state = self.initial_state(x.shape[0])
-        conv = dict(state.conv)  # a forward never mutates the caller's state
         q, k, v = self.to_qkv(x).split(self.head_dim * self.num_heads, dim=-1)
-        q, conv["q"] = self._query_features(q, conv.get("q"))
-        k, conv["k"] = self.conv["k"](k, conv.get("k"))
-        v, conv["v"] = self.conv["v"](v, conv.get("v"))
+        q, conv_q = self._query_features(q, state.conv_q)
+        k, conv_k = self.conv["k"](k, state.conv_k)
+        v, conv_v = self.conv["v"](v, state.conv_v)
         k = self._features(k)
         v = rearrange(F.silu(v), "b t (h d) -> b t h d", h=self.num_heads)
         lr, momentum, decay, omega = self._gates(x)
+        # CUDA autocast runs the L2 norm in fp32 and the rest in bf16: q, k arrive fp32 beside
+        # a bf16 v. The scan computes in the state's precision anyway; hand it one dtype.
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         config = self.config
         read, memory = memory_scan(
             self.memory,
@@ -214,12 +267,13 @@ class NeuralMemory(nn.Module):
             chunk_size=config.chunk_size,
             omega_window=config.omega_window,
             omega_gate=omega,
-            muon=config.muon,
+            update_rule=config.update_rule,
             read=config.read,
-            impl=config.impl,
-            checkpoint=config.checkpoint,
+            impl=self.impl,
+            checkpoint=self.checkpoint,
         )
-        return self.output(read, x), MemoryLayerState(memory=memory, conv=conv)
+        new_state = MemoryLayerState(memory, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v)
+        return self.output(read, x), new_state
 
     def retrieve(
         self, x: torch.Tensor, weights: dict, conv_cache: torch.Tensor | None

@@ -24,7 +24,7 @@ ATLAS_MEMORY = {
     "feature_map": "polynomial",
     "poly_degree": 2,
     "feature_projection": True,
-    "muon": True,
+    "update_rule": "muon",
 }
 
 
@@ -43,7 +43,7 @@ class AtlasMAL(MAL):
     """MAL layout with the ATLAS memory."""
 
 
-@register("omeganet", memory={**ATLAS_MEMORY, "muon": False})
+@register("omeganet", memory={**ATLAS_MEMORY, "update_rule": "momentum"})
 class OmegaNet(LMM):
     """Omega window + polynomial features with plain (Titans) momentum."""
 

@@ -8,71 +8,92 @@ An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..ops.state import map_tensors
+from ..layers.neural_memory import NeuralMemory
+from ..validation import check_bool, check_token_ids, compiling
 from .config import SIZE_PRESETS, ModelConfig
+from .state import ModelState, check_state, state_fingerprint
 
-
-@dataclass
-class ModelState:
-    """A stream through a model: the next position and each block's own state."""
-
-    position: int
-    blocks: list[Any]
-    batch_size: int
-    model: str = ""  # the architecture that made it: a state is only valid for that model
-
-    def detach(self) -> ModelState:
-        """Cut the autograd graph (truncated backpropagation through time)."""
-        return map_tensors(self, torch.Tensor.detach)
-
-    def to(self, device: torch.device | str) -> ModelState:
-        return map_tensors(self, lambda tensor: tensor.to(device))
-
-    def nbytes(self) -> int:
-        """Bytes of the tensors the state holds, each shared tensor counted once."""
-        seen: dict[int, int] = {}
-        map_tensors(self, lambda t: seen.setdefault(t.data_ptr(), t.numel() * t.element_size()))
-        return sum(seen.values())
+INIT_STD = 0.02
 
 
 class LanguageModel(nn.Module):
     """Embedding -> blocks -> RMSNorm -> LM head. ``forward(ids [B, T], state) -> (logits
     [B, T, V], state)``; any split of a sequence over calls gives the logits of one call."""
 
-    block_class: type[nn.Module]
+    block_class: type[nn.Module]  # with ``state_class``, the type of its stream state
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        self.fingerprint = state_fingerprint(config)
+        self.validate = True
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.blocks = nn.ModuleList(self.block_class(config) for _ in range(config.depth))
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        for module in self.modules():
-            if isinstance(module, nn.Linear | nn.Embedding) and module is not self.head:
-                nn.init.normal_(module.weight, std=0.02)
-        if config.tie_embeddings:
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, std: float = INIT_STD) -> None:
+        """(Re-)initialise every parameter in place, each module through its own
+        ``init_weights``: N(0, std) for embeddings and projections, std / sqrt(2 depth) for the
+        projections that write into the residual stream (GPT-2's scaling: the stream's variance
+        then stays O(1) in depth). Draws from the global RNG. This is how a model built on the
+        meta device is materialised: ``model.to_empty(device=...)``, then ``init_weights()``."""
+        out_std = std / math.sqrt(2 * self.config.depth)
+        self.tie_weights()  # to_empty() may have replaced the tied tensors by separate ones
+        nn.init.normal_(self.embed.weight, std=std)
+        for block in self.blocks:
+            block.init_weights(std, out_std)
+        self.norm.reset_parameters()
+        if not self.config.tie_embeddings:
+            nn.init.normal_(self.head.weight, std=std)
+
+    def tie_weights(self) -> None:
+        """Make the LM head share the embedding's Parameter when the config ties them."""
+        if self.config.tie_embeddings:
             self.head.weight = self.embed.weight
-        else:
-            nn.init.normal_(self.head.weight, std=0.02)
+
+    def set_runtime(
+        self,
+        memory_impl: str | None = None,
+        memory_checkpoint: bool | None = None,
+        validate: bool | None = None,
+    ) -> LanguageModel:
+        """Run-time choices -- never saved with the weights. ``memory_impl``: "auto" (default),
+        "chunk" or "reference"; ``memory_checkpoint``: recompute each memory chunk in
+        backward (default False); ``validate``: check input values once per call (token ids
+        in range; default True; skipped anyway while torch.compile traces). None leaves a
+        choice as it is. Returns the model."""
+        if validate is not None:
+            check_bool("validate", validate)
+            self.validate = validate
+        for module in self.modules():
+            if isinstance(module, NeuralMemory):
+                module.set_runtime(impl=memory_impl, checkpoint=memory_checkpoint)
+        return self
 
     def forward(
         self, input_ids: torch.Tensor, state: ModelState | None = None, *, last_only: bool = False
     ) -> tuple[torch.Tensor, ModelState]:
         """``last_only=True`` returns only the last position's logits ``[B, 1, V]`` (a long
         prompt's prefill need not hold T x V logits)."""
-        self._check(input_ids, state)
+        self._check(input_ids, state, last_only)
+        batch = input_ids.shape[0]
         if state is None:
-            state = ModelState(0, [None] * len(self.blocks), input_ids.shape[0], self.config.name)
+            state = ModelState(0, [None] * len(self.blocks), batch, self.fingerprint)
         if input_ids.shape[1] == 0:  # nothing to read or write: the stream stands still
             return self.head.weight.new_zeros(*input_ids.shape, self.config.vocab_size), state
+        if input_ids.dtype not in (torch.int64, torch.int32):  # what nn.Embedding takes
+            input_ids = input_ids.to(torch.int64)
         x = self.embed(input_ids)
         block_states = []
         for block, block_state in zip(self.blocks, state.blocks):
@@ -80,35 +101,57 @@ class LanguageModel(nn.Module):
             block_states.append(block_state)
         logits = self.head(self.norm(x[:, -1:] if last_only else x))
         end = state.position + input_ids.shape[1]
-        return logits, ModelState(end, block_states, input_ids.shape[0], self.config.name)
+        return logits, ModelState(end, block_states, batch, self.fingerprint)
 
-    def _check(self, input_ids: torch.Tensor, state: ModelState | None) -> None:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
-            raise ValueError("input_ids must be a [B, T] tensor of token ids")
-        if input_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise ValueError(f"input_ids must be integer token ids, got {input_ids.dtype}")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
-            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size})")
+    def _check(self, input_ids: torch.Tensor, state: ModelState | None, last_only: bool) -> None:
+        """Once per call, at the boundary: shapes, types and the state's fingerprint always
+        (Python attributes, free); the id range (a host sync) when ``validate`` is on and
+        torch.compile is not tracing."""
+        vocab = self.config.vocab_size if self.validate and not compiling() else None
+        check_token_ids("input_ids", input_ids, vocab)
+        check_bool("last_only", last_only)
         if state is not None:
-            if (
-                not isinstance(state, ModelState)
-                or len(state.blocks) != len(self.blocks)
-                or state.model != self.config.name
-            ):
-                raise ValueError("state must be a ModelState returned by this model")
-            if state.batch_size != input_ids.shape[0]:
-                raise ValueError(
-                    f"state is for batch {state.batch_size}, input_ids has {input_ids.shape[0]}"
-                )
+            kinds = tuple(block.state_class for block in self.blocks)
+            check_state(state, self.fingerprint, kinds, input_ids.shape[0])
+
+    def compile_blocks(self, **compile_options: Any) -> LanguageModel:
+        """Compile each block in place with ``torch.compile(**compile_options)``, torchtitan's
+        per-block compile: the blocks of one model share their graphs; the embedding, head and
+        boundary checks stay eager. Parameter names do not change (checkpoints load either
+        way). ``fullgraph=True`` insists on one graph per block: true for SWA and the
+        Transformer, and for the Titans models once memory_scan skips its value checks under
+        compile. Returns the model."""
+        for block in self.blocks:
+            block.compile(**compile_options)
+        return self
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def save_pretrained(self, directory: str) -> None:
+    def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (no pickle) to ``directory``."""
         from ..checkpoint import save_model
 
         save_model(self, directory)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> LanguageModel:
+        """Load a model written by ``save_pretrained`` (``titans_atlas.load_model``): on
+        ``device``, in the saved dtype or ``dtype``. Called on a subclass, the checkpoint must
+        hold that architecture."""
+        from ..checkpoint import CheckpointError, load_model
+
+        model = load_model(directory, device=device, dtype=dtype)
+        if not isinstance(model, cls):
+            raise CheckpointError(
+                f"{directory} holds a {model.config.name!r} model, not a {cls.__name__}"
+            )
+        return model
 
 
 MODELS: dict[str, tuple[type[LanguageModel], dict[str, Any]]] = {}
@@ -132,9 +175,9 @@ def list_models() -> list[str]:
 def model_config(name: str, preset: str | None = None, **overrides: Any) -> ModelConfig:
     """The config ``create_model`` would build: architecture defaults, then the size preset,
     then ``overrides``."""
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {list_models()}")
-    if preset is not None and preset not in SIZE_PRESETS:
+    if preset is not None and (not isinstance(preset, str) or preset not in SIZE_PRESETS):
         raise ValueError(f"unknown preset {preset!r}; available: {list(SIZE_PRESETS)}")
     config = ModelConfig(name=name).with_overrides(**MODELS[name][1])
     if preset is not None:

@@ -1,7 +1,9 @@
 """Model configuration: one dataclass for every architecture, named size presets.
 
-``ModelConfig.build(name, preset=None, **overrides)`` accepts any ModelConfig field, any
-MemoryConfig field (routed to ``memory``), or ``memory=`` as a MemoryConfig or a dict.
+``create_model(name, preset=None, **overrides)`` / ``model_config(...)`` (models/backbone.py)
+accept any ModelConfig field, any MemoryConfig field (routed to ``memory``), or ``memory=`` as
+a MemoryConfig or a dict; ``ModelConfig.with_overrides`` does the routing. A config holds the
+architecture only: run-time choices are set with ``LanguageModel.set_runtime``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..layers.neural_memory import MemoryConfig
-from ..validation import check_int, check_number
+from ..validation import check_bool, check_int, check_number
+
+# Every embedding row costs dim floats; a vocabulary beyond this is a mistake, not a model.
+MAX_VOCAB_SIZE = 2**24
+# Fields that left the config, and where they went (named in the error for old code).
+MOVED_FIELDS = {
+    "muon": 'update_rule ("momentum", "muon" or "muon_chunk")',
+    "impl": "model.set_runtime(memory_impl=...) (a run-time choice, not saved)",
+    "checkpoint": "model.set_runtime(memory_checkpoint=...) (a run-time choice, not saved)",
+}
 
 # Shapes for the papers' model sizes. One shape serves every architecture, so the count varies
 # with the layout (32k tied embedding included): at "170m" SWA has ~138M, LMM-layout models
@@ -46,14 +57,23 @@ class ModelConfig:
             self.memory = MemoryConfig(**_known(MemoryConfig, self.memory, "memory"))
         if not isinstance(self.memory, MemoryConfig):
             raise ValueError(f"memory must be a MemoryConfig or a dict, got {self.memory!r}")
-        for name in ("vocab_size", "dim", "depth", "num_heads", "window"):
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a model name (str), got {self.name!r}")
+        check_int("vocab_size", self.vocab_size, 1, MAX_VOCAB_SIZE)
+        for name in ("dim", "depth", "num_heads", "window"):
             check_int(name, getattr(self, name), 1)
         check_int("num_persistent", self.num_persistent, 0)
         check_number("ffn_expansion", self.ffn_expansion, 0.0)
         check_number("rope_base", self.rope_base, 1.0)
-        check_number("norm_eps", self.norm_eps, 0.0)
+        check_number("norm_eps", self.norm_eps, 0.0, 1.0)
+        check_bool("tie_embeddings", self.tie_embeddings)
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
+        if int(self.ffn_expansion * self.dim) < 1:
+            raise ValueError(
+                f"ffn_expansion={self.ffn_expansion} gives a feed-forward of width "
+                f"{int(self.ffn_expansion * self.dim)} at dim={self.dim}; it must be >= 1"
+            )
 
     @property
     def ffn_hidden(self) -> int:
@@ -78,6 +98,8 @@ class ModelConfig:
                 top[key] = value
             elif key in memory_fields:
                 nested[key] = value
+            elif key in MOVED_FIELDS:
+                raise ValueError(f"config field {key!r} is gone: use {MOVED_FIELDS[key]}")
             else:
                 raise ValueError(f"unknown config field {key!r} (not in ModelConfig/MemoryConfig)")
         config = replace(self, **top)
@@ -92,6 +114,9 @@ def _known(cls: type, data: dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{what} must be a dict of fields, got {type(data).__name__}")
     unknown = sorted(set(data) - {f.name for f in fields(cls)})
+    moved = [f"{key!r} is gone: use {MOVED_FIELDS[key]}" for key in unknown if key in MOVED_FIELDS]
+    if moved:
+        raise ValueError(f"{what} field " + "; ".join(moved))
     if unknown:
         raise ValueError(f"unknown {what} fields {unknown}")
     return data

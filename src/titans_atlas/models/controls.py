@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from ..layers.attention import VisibilityRule
+from ..layers.attention import KVCache, VisibilityRule
 from .backbone import LanguageModel, register
 from .blocks import FeedForward, ResidualAttention
 from .config import ModelConfig
 
 
 class AttentionBlock(nn.Module):
+    state_class = KVCache
     rule_of = staticmethod(lambda config: VisibilityRule())
 
     def __init__(self, config: ModelConfig) -> None:
@@ -19,7 +21,13 @@ class AttentionBlock(nn.Module):
         self.attn = ResidualAttention(config, self.rule_of(config))
         self.ffn = FeedForward(config)
 
-    def forward(self, x, state, position):
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.attn.init_weights(std, out_std)
+        self.ffn.init_weights(std, out_std)
+
+    def forward(
+        self, x: torch.Tensor, state: KVCache | None, position: int
+    ) -> tuple[torch.Tensor, KVCache]:
         x, cache = self.attn(x, state, position)
         return self.ffn(x), cache
 

@@ -16,17 +16,33 @@ the memory the previous one left), so a call may start or end anywhere inside a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 from torch import nn
 
-from ..layers.attention import VisibilityRule
-from ..layers.neural_memory import NeuralMemory
+from ..layers.attention import KVCache, VisibilityRule
+from ..layers.neural_memory import MemoryLayerState, NeuralMemory
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, NonLinearGate, make_attention
+from .blocks import FeedForward, FieldAccess, NonLinearGate, make_attention
 from .config import ModelConfig
 
 
+@dataclass
+class MACState(FieldAccess):
+    """A MAC block's stream: the memory layer's state, M_{s-1} (the memory weights when the
+    current segment began, ``[B, H, ...]`` by name), the segment's KV cache (tokens and
+    retrieved memory tokens) and the conv cache of the retrieval queries."""
+
+    memory: MemoryLayerState
+    segment_weights: dict[str, torch.Tensor]
+    attn: KVCache | None = None
+    retrieve_conv: torch.Tensor | None = None
+
+
 class MACBlock(nn.Module):
+    state_class = MACState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.segment = config.window
@@ -37,27 +53,43 @@ class MACBlock(nn.Module):
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
 
-    def forward(self, x, state, position):
-        state = dict(state) if state else {"memory": self.memory.initial_state(x.shape[0])}
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.memory_norm.reset_parameters()
+        self.memory.init_weights(std, out_std)
+        self.attn.init_weights(std, out_std)
+        self.gate.init_weights()
+        self.ffn.init_weights(std, out_std)
+
+    def forward(
+        self, x: torch.Tensor, state: MACState | None, position: int
+    ) -> tuple[torch.Tensor, MACState]:
+        if state is None:
+            memory = self.memory.initial_state(x.shape[0])
+            state = MACState(memory=memory, segment_weights=memory.memory.weights)
         pieces, start = [], 0
         while start < x.shape[1]:
             pos = position + start
             stop = min(x.shape[1], start + self.segment - pos % self.segment)
-            if pos % self.segment == 0 or "segment_weights" not in state:
-                state["segment_weights"] = state["memory"].memory.weights  # M_{s-1}
-            pieces.append(self._segment(x[:, start:stop], state, pos))
+            if pos % self.segment == 0:  # a new segment reads M_{s-1}: the memory as it is now
+                state = replace(state, segment_weights=state.memory.memory.weights)
+            piece, state = self._segment(x[:, start:stop], state, pos)
+            pieces.append(piece)
             start = stop
         return self.ffn(torch.cat(pieces, dim=1)), state
 
-    def _segment(self, x: torch.Tensor, state: dict, position: int) -> torch.Tensor:
-        """One segment (or the part of it in this call); updates ``state`` in place."""
+    def _segment(
+        self, x: torch.Tensor, state: MACState, position: int
+    ) -> tuple[torch.Tensor, MACState]:
+        """One segment, or the part of it in this call."""
         h_in = self.norm(x)
-        retrieved, state["retrieve_conv"] = self.memory.retrieve(
-            h_in, state["segment_weights"], state.get("retrieve_conv")
+        retrieved, retrieve_conv = self.memory.retrieve(
+            h_in, state.segment_weights, state.retrieve_conv
         )
-        y, state["attn"] = self.attn(h_in, state.get("attn"), position, context=retrieved)
-        m, state["memory"] = self.memory(self.memory_norm(y), state["memory"])
-        return x + self.gate(y, m)
+        y, attn = self.attn(h_in, state.attn, position, context=retrieved)
+        m, memory = self.memory(self.memory_norm(y), state.memory)
+        state = MACState(memory, state.segment_weights, attn, retrieve_conv)
+        return x + self.gate(y, m), state
 
 
 @register("mac")

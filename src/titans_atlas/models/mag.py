@@ -6,16 +6,19 @@ x + RMSNorm(y) * sigmoid(RMSNorm(m)); then FFN. The two branches run side by sid
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ..layers.attention import VisibilityRule
 from ..layers.neural_memory import NeuralMemory
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, NonLinearGate, make_attention
+from .blocks import FeedForward, HybridState, NonLinearGate, make_attention
 from .config import ModelConfig
 
 
 class MAGBlock(nn.Module):
+    state_class = HybridState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -24,13 +27,22 @@ class MAGBlock(nn.Module):
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
 
-    def forward(self, x, state, position):
-        state = state or {}
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.attn.init_weights(std, out_std)
+        self.memory.init_weights(std, out_std)
+        self.gate.init_weights()
+        self.ffn.init_weights(std, out_std)
+
+    def forward(
+        self, x: torch.Tensor, state: HybridState | None, position: int
+    ) -> tuple[torch.Tensor, HybridState]:
+        state = state or HybridState()
         h = self.norm(x)
-        y, cache = self.attn(h, state.get("attn"), position)
-        m, memory_state = self.memory(h, state.get("memory"))
+        y, cache = self.attn(h, state.attn, position)
+        m, memory_state = self.memory(h, state.memory)
         x = x + self.gate(y, m)
-        return self.ffn(x), {"attn": cache, "memory": memory_state}
+        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
 
 
 @register("mag")

@@ -7,16 +7,19 @@ so the attention reads the memory's output).
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ..layers.attention import VisibilityRule
 from ..layers.neural_memory import NeuralMemory
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, ResidualAttention
+from .blocks import FeedForward, HybridState, ResidualAttention
 from .config import ModelConfig
 
 
 class MALBlock(nn.Module):
+    state_class = HybridState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -24,11 +27,19 @@ class MALBlock(nn.Module):
         self.attn = ResidualAttention(config, VisibilityRule(window=config.window))
         self.ffn = FeedForward(config)
 
-    def forward(self, x, state, position):
-        state = state or {}
-        y, memory_state = self.memory(self.norm(x), state.get("memory"))
-        x, cache = self.attn(x + y, state.get("attn"), position)
-        return self.ffn(x), {"attn": cache, "memory": memory_state}
+    def init_weights(self, std: float, out_std: float) -> None:
+        self.norm.reset_parameters()
+        self.memory.init_weights(std, out_std)
+        self.attn.init_weights(std, out_std)
+        self.ffn.init_weights(std, out_std)
+
+    def forward(
+        self, x: torch.Tensor, state: HybridState | None, position: int
+    ) -> tuple[torch.Tensor, HybridState]:
+        state = state or HybridState()
+        y, memory_state = self.memory(self.norm(x), state.memory)
+        x, cache = self.attn(x + y, state.attn, position)
+        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
 
 
 @register("mal")

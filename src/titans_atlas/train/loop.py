@@ -29,7 +29,6 @@ from .pipeline import build_pipeline
 from .runtime import (
     GateStats,
     autocast_context,
-    enable_memory_checkpointing,
     memory_layers,
     memory_state_norms,
     pick_device,
@@ -75,7 +74,7 @@ class Trainer:
         if self.stream:
             check_stream_alignment(self.model, loop.seq_len)
         if loop.memory_checkpoint:
-            enable_memory_checkpointing(self.model)
+            self.model.set_runtime(memory_checkpoint=True)
         self.forward = torch.compile(self.model) if loop.compile else self.model
         self.optimizer = build_optimizer(self.model, config.optim)
         self.step, self.best_val, self.carried = 0, None, None

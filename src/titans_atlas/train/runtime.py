@@ -8,7 +8,6 @@ Axes: B batch, T tokens, H heads.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -40,14 +39,6 @@ def autocast_context(config: TrainConfig, device: torch.device):
 
 def memory_layers(model: torch.nn.Module) -> list[NeuralMemory]:
     return [m for m in model.modules() if isinstance(m, NeuralMemory)]
-
-
-def enable_memory_checkpointing(model: LanguageModel) -> None:
-    """Recompute each memory chunk in backward instead of storing it. Sets the layers' own
-    configs (copies), never ``model.config``, so the saved config is unchanged.
-    TODO(#7): becomes ``model.set_runtime(memory_checkpoint=True)`` once that lands."""
-    for layer in memory_layers(model):
-        layer.config = replace(layer.config, checkpoint=True)
 
 
 class GateStats:

@@ -1,0 +1,250 @@
+"""Model-level speed (issue 12): a training step and greedy decoding for every registered
+model, eager and compiled, with titans-pytorch's MAC side by side.
+
+* train: forward + backward of the next-byte loss on ``batch x train_tokens`` (no optimizer),
+  median over repeats -> tokens/s, and an estimate of the achieved fraction of the matmul
+  peak (6 x parameters x tokens FLOPs; the memory's inner updates are not counted). Compiled:
+  ``model.compile_blocks()`` (inductor, per block).
+* decode: prefill a ``prompt_tokens`` prompt, then ``new_tokens`` greedy single-token steps
+  -> tokens/s of the steps. Compiled: ``compiled_decode_step(model)``, warmed up first (the
+  compile time is reported, not timed).
+* titans-pytorch: its ``MemoryAsContextTransformer`` at the same shape, run by
+  ``external/titans_pytorch_mac.py`` in its own venv (``external/setup_titans_pytorch.sh``).
+
+    python benchmarks/models.py                  # dim 256, depth 2, window 128, bytes, fp32
+    python benchmarks/models.py --quick          # smoke run at tiny sizes
+    python benchmarks/models.py --models mac lmm --modes eager --memory
+    python benchmarks/models.py --device cuda --dtype bf16 --titans-pytorch none
+
+Results: benchmarks/results/models.json and a markdown table (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _harness
+import titans_atlas as ta
+from titans_atlas.generate import compiled_decode_step
+
+RESULTS = Path(__file__).parent / "results"
+EXTERNAL = Path(__file__).parent / "external" / "titans_pytorch_mac.py"
+DEFAULT_VENV_PYTHON = (
+    Path(__file__).resolve().parents[2] / "venvs" / "titans-pytorch" / "bin" / "python"
+)
+
+
+def build(name: str, args: argparse.Namespace) -> ta.LanguageModel:
+    torch.manual_seed(0)
+    size = {"vocab_size": 256, "dim": args.dim, "depth": args.depth, "num_heads": args.heads}
+    size |= {"window": args.window, "chunk_size": args.chunk_size}
+    return ta.create_model(name, **size).to(args.device)
+
+
+def autocast(args: argparse.Namespace):
+    enabled = args.dtype == "bf16"
+    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def sync(args: argparse.Namespace) -> None:
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def train_step(name: str, args: argparse.Namespace, compiled: bool):
+    """The zero-argument training step to time (module-level, so a subprocess can build it)."""
+    model = build(name, args).train()
+    if compiled:
+        model.compile_blocks()
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 256, (args.batch, args.train_tokens + 1), generator=gen).to(args.device)
+
+    def step() -> None:
+        with autocast(args):
+            logits, _ = model(ids[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        sync(args)
+
+    return step
+
+
+def measure_train(name: str, args: argparse.Namespace, compiled: bool) -> dict:
+    start = time.perf_counter()
+    step = train_step(name, args, compiled)
+    step()  # the first call compiles
+    first_s = time.perf_counter() - start
+    timing = _harness.time_callable(step, warmup=1, repeats=args.repeats)
+    tokens = args.batch * args.train_tokens
+    params = build(name, args).num_parameters()
+    row = {
+        "tokens_per_s": tokens / timing.median_s,
+        "step_s": timing.median_s,
+        "first_call_s": first_s,
+        "other_cpu_s": timing.other_cpu_s,
+        "model_gflops": 6 * params * tokens / timing.median_s / 1e9,
+    }
+    if args.memory and not compiled and args.device == "cpu":
+        peak = _harness.peak_memory(train_step, name, args, False, threads=args.threads)
+        row["peak_mb"] = peak["peak_bytes"] / 2**20
+    return row
+
+
+@torch.no_grad()
+def measure_decode(name: str, args: argparse.Namespace, compiled: bool) -> dict:
+    model = build(name, args).eval()
+    gen = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 256, (1, args.prompt_tokens), generator=gen).to(args.device)
+    with autocast(args):
+        logits, prefilled = model(prompt, last_only=True)
+    step = compiled_decode_step(model) if compiled else model
+    first = logits[:, -1].argmax(-1, keepdim=True)
+
+    def decode(count: int):
+        token, state = first, prefilled
+        with autocast(args):
+            for _ in range(count):
+                out, state = step(token, state)
+                token = out[:, -1].argmax(-1, keepdim=True)
+        sync(args)
+        return state
+
+    start = time.perf_counter()
+    decode(args.warmup_tokens)  # compiles the step's few variants (chunk and segment phases)
+    compile_s = time.perf_counter() - start
+    timing = _harness.time_callable(lambda: decode(args.new_tokens), warmup=0, repeats=3)
+    return {
+        "tokens_per_s": args.new_tokens / timing.median_s,
+        "ms_per_token": 1e3 * timing.median_s / args.new_tokens,
+        "warmup_s": compile_s,
+        "other_cpu_s": timing.other_cpu_s,
+    }
+
+
+def titans_pytorch(args: argparse.Namespace) -> dict | None:
+    """Run the titans-pytorch MAC at the same shape in its own venv; None if unavailable."""
+    python = Path(args.titans_pytorch) if args.titans_pytorch != "auto" else DEFAULT_VENV_PYTHON
+    if args.titans_pytorch == "none" or not python.exists():
+        print(f"titans-pytorch: skipped (no interpreter at {python}; see external/)")
+        return None
+    command = [str(python), str(EXTERNAL), "--dim", str(args.dim), "--depth", str(args.depth)]
+    command += ["--heads", str(args.heads)]
+    command += ["--segment", str(args.window), "--batch", str(args.batch)]
+    command += ["--train-tokens", str(args.train_tokens), "--prompt-tokens"]
+    command += [str(args.prompt_tokens), "--new-tokens", str(args.new_tokens)]
+    command += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
+    command += ["--device", args.device] + (["--memory"] if args.memory else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        print(f"titans-pytorch failed:\n{done.stderr[-2000:]}")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(report: dict) -> str:
+    head = "| model | mode | train tokens/s | train peak MB | decode tokens/s | ms/token |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    rows = list(report["rows"])
+    if report.get("titans_pytorch"):
+        rows.append({"model": "titans-pytorch MAC", "mode": "eager", **report["titans_pytorch"]})
+    for row in rows:
+        train, decode = row.get("train", {}), row.get("decode", {})
+        cells = [row["model"], row["mode"], f"{train.get('tokens_per_s', math.nan):,.0f}"]
+        cells += [f"{train['peak_mb']:.1f}" if "peak_mb" in train else "-"]
+        cells += [f"{decode.get('tokens_per_s', math.nan):,.1f}"]
+        cells += [f"{decode.get('ms_per_token', math.nan):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    ours = {r["mode"]: r for r in report["rows"] if r["model"] == "mac"}
+    theirs = report.get("titans_pytorch")
+    if theirs and ours:
+        for mode, row in ours.items():
+            train = row["train"]["tokens_per_s"] / theirs["train"]["tokens_per_s"]
+            decode = row["decode"]["tokens_per_s"] / theirs["decode"]["tokens_per_s"]
+            lines.append(
+                f"\nmac {mode} vs titans-pytorch MAC: train {train:.2f}x, decode {decode:.2f}x"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict:
+    rows = []
+    for name in args.models:
+        for mode in args.modes:
+            compiled = mode == "compiled"
+            torch._dynamo.reset()
+            row = {"model": name, "mode": mode}
+            if "train" in args.cases:
+                row["train"] = measure_train(name, args, compiled)
+            if "decode" in args.cases:
+                row["decode"] = measure_decode(name, args, compiled)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    report = {"rows": rows, "titans_pytorch": titans_pytorch(args)}
+    if report["titans_pytorch"]:
+        print(json.dumps({"titans_pytorch": report["titans_pytorch"]}), flush=True)
+    peak = _harness.matmul_peak_gflops(threads=args.threads) if args.device == "cpu" else None
+    report |= {"matmul_peak_gflops": peak, "torch": torch.__version__}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    report |= {"machine": platform.processor() or platform.machine(), "args": settings}
+    return report
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=ta.list_models())
+    p.add_argument(
+        "--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"]
+    )
+    p.add_argument("--cases", nargs="+", default=["train", "decode"], choices=["train", "decode"])
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--depth", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--window", type=int, default=128, help="SWA window / MAC segment")
+    p.add_argument("--chunk-size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--train-tokens", type=int, default=1024)
+    p.add_argument("--prompt-tokens", type=int, default=256)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--warmup-tokens", type=int, help="default: one chunk/segment period + 2")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--memory", action="store_true", help="peak RSS of an eager training step")
+    p.add_argument("--titans-pytorch", default="auto", help="its venv's python, 'auto' or 'none'")
+    p.add_argument("--quick", action="store_true", help="smoke run at tiny sizes")
+    p.add_argument("--out", type=Path, default=RESULTS / "models.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.dim, args.depth, args.heads, args.window, args.chunk_size = 32, 1, 2, 16, 8
+        args.train_tokens, args.prompt_tokens, args.new_tokens, args.repeats = 64, 16, 8, 2
+    if args.warmup_tokens is None:  # every chunk and segment phase the timed steps will see
+        args.warmup_tokens = math.lcm(args.chunk_size, args.window) + 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    _harness.set_threads(args.threads)
+    report = run(args)
+    table = markdown(report)
+    print("\n" + table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report | {"table": table}, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

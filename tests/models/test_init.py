@@ -1,0 +1,83 @@
+"""Initialisation: every module initialises its own parameters (``init_weights``), so a model
+built on the meta device and materialised with ``to_empty`` + ``init_weights`` is the model a
+normal build gives; projections into the residual stream start at std / sqrt(2 depth)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import titans_atlas as ta
+
+TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
+
+
+def logits_of(model: ta.LanguageModel) -> torch.Tensor:
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return model(ids)[0]
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("name", ta.list_models())
+def test_meta_build_materialised_equals_a_normal_build(name, tie):
+    normal = ta.create_model(name, **TINY, tie_embeddings=tie)
+    torch.manual_seed(5)
+    normal.init_weights()
+    with torch.device("meta"):
+        meta = ta.create_model(name, **TINY, tie_embeddings=tie)
+    assert all(p.is_meta for p in meta.parameters())
+    meta.to_empty(device="cpu")
+    torch.manual_seed(5)
+    meta.init_weights()
+    expected, actual = normal.state_dict(), meta.state_dict()
+    assert expected.keys() == actual.keys()
+    differ = [k for k in expected if not torch.equal(expected[k], actual[k])]
+    assert not differ, f"{name}: materialised model differs from a normal build in {differ}"
+    assert (meta.head.weight is meta.embed.weight) == tie
+    assert torch.equal(logits_of(meta), logits_of(normal))
+
+
+@pytest.mark.parametrize("name", ta.list_models())
+def test_init_weights_reaches_every_parameter(name):
+    model = ta.create_model(name, **TINY, tie_embeddings=False)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.fill_(float("nan"))
+    model.init_weights()
+    untouched = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    assert not untouched, f"{name}: init_weights left {untouched}"
+
+
+OUTPUT_PROJECTIONS = ("attn.to_out.weight", "memory.to_out.weight", "ffn.down.weight")
+
+
+@pytest.mark.parametrize("name", ["mag", "mac", "swa"])
+def test_residual_output_projections_start_at_std_over_sqrt_two_depth(name):
+    depth = 8
+    torch.manual_seed(0)
+    model = ta.create_model(name, vocab_size=64, dim=128, depth=depth, num_heads=4, window=8)
+    scaled, plain = [], []
+    for pname, param in model.named_parameters():
+        if pname.startswith("blocks.") and pname.endswith(OUTPUT_PROJECTIONS):
+            scaled.append(param.std().item())
+        elif pname.endswith(("to_qkv.weight", "ffn.gate.weight", "ffn.up.weight")):
+            plain.append(param.std().item())
+    assert len(scaled) >= 2 * depth and plain
+    out_std = 0.02 / math.sqrt(2 * depth)
+    assert all(abs(s / out_std - 1) < 0.05 for s in scaled), (scaled, out_std)
+    assert all(abs(s / 0.02 - 1) < 0.05 for s in plain), plain
+    assert abs(model.embed.weight.std().item() / 0.02 - 1) < 0.05
+
+
+def test_a_standalone_memory_layer_is_initialised():
+    """Layers are public: built alone they initialise themselves, like torch.nn.Linear."""
+    torch.manual_seed(0)
+    layer = ta.NeuralMemory(16, 2, ta.MemoryConfig(chunk_size=4))
+    assert all(torch.isfinite(p).all() for p in layer.parameters())
+    lr, momentum, decay = (torch.sigmoid(b).mean().item() for b in layer.to_gates.bias.chunk(3))
+    assert math.isclose(lr * layer.config.lr_max, layer.config.init_lr, rel_tol=1e-5)
+    assert math.isclose(momentum, layer.config.init_momentum, rel_tol=1e-5)
+    assert math.isclose(decay, layer.config.init_decay, rel_tol=1e-5)
