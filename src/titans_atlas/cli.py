@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules that register a subcommand, in the order `titans --help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("titans_atlas.eval.command",)
 
 
 def build_parser() -> argparse.ArgumentParser:
