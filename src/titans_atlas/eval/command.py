@@ -77,6 +77,7 @@ def add_parser(subparsers) -> None:
         "--piece-size", type=parse_length, default=2048, help="tokens per model call"
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
         "--force", action="store_true", help="run even if the memory estimate exceeds what is free"
     )
@@ -111,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     from .loading import load_checkpoint
     from .results import checkpoint_record, write_result
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         settings = settings_from(args)
         loaded = load_checkpoint(args.checkpoint, device=args.device)
