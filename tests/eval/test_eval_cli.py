@@ -98,3 +98,17 @@ def test_missing_inputs_are_errors_naming_what_to_give(
 def test_not_a_checkpoint_is_an_error(tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(tmp_path), "--task", "mqar"]) == 2
     assert "checkpoint" in capsys.readouterr().err
+
+
+def test_importing_the_library_and_the_cli_loads_no_optional_dependency():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, titans_atlas, titans_atlas.eval\n"
+        "from titans_atlas.cli import build_parser; build_parser()\n"
+        "heavy = {'matplotlib', 'nltk', 'wonderwords', 'datasets', 'lm_eval', 'pandas'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
