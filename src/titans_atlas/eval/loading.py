@@ -26,7 +26,7 @@ def resolve_model_dir(path: str | Path) -> Path:
     """The model directory (config.json + model.safetensors) that ``path`` names.
 
     Today only a model directory itself is accepted.
-    TODO(#9): once titans_atlas.train lands, delegate to its resolve_model_dir so a training
+    TODO(#7): once titans_atlas.train lands, delegate to its resolve_model_dir so a training
     run or checkpoint directory works here too.
     """
     path = Path(path)
