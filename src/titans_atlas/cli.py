@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "titans_atlas.train.cli",
     "titans_atlas.generate_cli",
     "titans_atlas.integrations.export",
+    "titans_atlas.eval.command",
 )
 
 

@@ -1,0 +1,131 @@
+"""``titans eval``: run one evaluation task on a saved model; writes a JSON result and a PNG.
+
+titans eval --checkpoint DIR --task sniah-pk --lengths 1K 2K 4K --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from ..checkpoint import CheckpointError
+from .extras import MissingDependencyError
+from .memory import MemoryBudgetError
+from .registry import TASKS, EvalSettings, list_tasks, run_task
+
+_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
+
+
+def parse_length(text: str) -> int:
+    """ "1K" -> 1024, "64k" -> 65536, "1M" -> 1048576, "300" -> 300."""
+    match = re.fullmatch(r"(\d+)([kKmM]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a length: {text!r} (e.g. 512, 1K, 64K, 1M)")
+    return int(match.group(1)) * _SUFFIX[match.group(2).lower()]
+
+
+def add_parser(subparsers) -> None:
+    tasks = "; ".join(f"{name}: {TASKS[name].label}" for name in list_tasks())
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a saved model (perplexity, S-NIAH, BABILong, MQAR, ...)",
+        description=f"Run an evaluation task on a model directory. Tasks -- {tasks}.",
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, help="model directory (config.json + model.safetensors)"
+    )
+    parser.add_argument("--task", required=True, choices=list_tasks())
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        type=parse_length,
+        default=(),
+        help="context lengths in tokens (1K = 1024)",
+    )
+    parser.add_argument("--depths", nargs="+", type=float, help="needle depths in [0, 1]")
+    parser.add_argument(
+        "--distances",
+        nargs="+",
+        type=parse_length,
+        default=(),
+        help="kv-recall distances in tokens",
+    )
+    parser.add_argument("--samples", type=int, default=4, help="samples per cell")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="eval_results", help="folder for the JSON and PNG")
+    parser.add_argument("--text", help="perplexity: a UTF-8 text file")
+    parser.add_argument(
+        "--bin-size", type=parse_length, default=1024, help="perplexity: tokens per curve bin"
+    )
+    parser.add_argument(
+        "--haystack-dir", help="folder of book *.txt files (S-NIAH essay, BABILong-style)"
+    )
+    parser.add_argument("--babi-dir", help="folder of bAbI qaN_*_test.txt files")
+    parser.add_argument("--babi-split", default="test", choices=("test", "train"))
+    parser.add_argument("--babi-tasks", nargs="+", default=("qa1", "qa2", "qa3", "qa4", "qa5"))
+    parser.add_argument(
+        "--dataset", default="RMT-team/babilong", help="BABILong: hub name or local copy"
+    )
+    parser.add_argument("--scoring", default="likelihood", choices=("likelihood", "greedy"))
+    parser.add_argument("--max-new-tokens", type=int, help="greedy answers: tokens to generate")
+    parser.add_argument(
+        "--kv-pairs", type=int, help="MQAR / kv-recall: key-value pairs per sequence"
+    )
+    parser.add_argument(
+        "--piece-size", type=parse_length, default=2048, help="tokens per model call"
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--force", action="store_true", help="run even if the memory estimate exceeds what is free"
+    )
+    parser.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace) -> EvalSettings:
+    options = dict(
+        lengths=tuple(args.lengths),
+        distances=tuple(args.distances),
+        samples=args.samples,
+        seed=args.seed,
+        text=args.text,
+        bin_size=args.bin_size,
+        haystack_dir=args.haystack_dir,
+        babi_dir=args.babi_dir,
+        babi_split=args.babi_split,
+        dataset=args.dataset,
+        babi_tasks=tuple(args.babi_tasks),
+        scoring=args.scoring,
+        max_new_tokens=args.max_new_tokens,
+        kv_pairs=args.kv_pairs,
+        piece_size=args.piece_size,
+        force=args.force,
+    )
+    if args.depths:
+        options["depths"] = tuple(args.depths)
+    return EvalSettings(**options)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .loading import load_checkpoint
+    from .results import checkpoint_record, write_result
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    try:
+        settings = settings_from(args)
+        loaded = load_checkpoint(args.checkpoint, device=args.device)
+        print(f"{TASKS[args.task].label} on {loaded.model_dir} (sha256 {loaded.sha256[:12]})")
+        result = run_task(args.task, loaded.model, loaded.tokenizer, settings)
+        result["checkpoint"] = checkpoint_record(loaded)
+        json_path, png_path = write_result(result, args.out)
+    except (ValueError, CheckpointError, MissingDependencyError, MemoryBudgetError) as err:
+        print(f"titans eval: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result["summary"], indent=1, default=str))
+    print(f"{result['seconds']:.1f} s; wrote {json_path} and {png_path}")
+    return 0

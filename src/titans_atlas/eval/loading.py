@@ -1,0 +1,56 @@
+"""What ``titans eval --checkpoint DIR`` loads: the model, its tokenizer, and the weights'
+hash that every result records."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import WEIGHTS_FILE, load_model
+from ..models.backbone import LanguageModel
+from ..tokenizer import SPEC_FILE, Tokenizer, load_tokenizer
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: LanguageModel
+    tokenizer: Tokenizer
+    model_dir: Path
+    sha256: str  # of model.safetensors: which weights a result belongs to
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The model directory (config.json + model.safetensors) that ``path`` names: a model
+    directory, a training checkpoint, or a run directory (its latest checkpoint)."""
+    from ..train.checkpoint import resolve_model_dir as resolve_trained
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r} is not a directory")
+    return resolve_trained(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """Model, tokenizer (``tokenizer_spec.json`` beside the weights; absent means bytes) and
+    the sha256 of the weights. The tokenizer's ids must fit the model's vocabulary."""
+    model_dir = resolve_model_dir(path)
+    model = load_model(model_dir, device=device).eval()
+    has_spec = (model_dir / SPEC_FILE).is_file()
+    tokenizer = load_tokenizer(model_dir if has_spec else "bytes")
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids but the model in "
+            f"{model_dir} has a vocabulary of {model.config.vocab_size}"
+        )
+    return LoadedCheckpoint(model, tokenizer, model_dir, file_sha256(model_dir / WEIGHTS_FILE))

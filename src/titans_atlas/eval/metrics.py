@@ -1,0 +1,71 @@
+"""The benchmarks' own answer metrics, as pure functions on strings.
+
+* RULER (``string_match_all``): the fraction of reference strings found in the prediction,
+  case-insensitive, after RULER's post-processing (strip; control characters -> newline).
+* BABILong (``compare_answers`` of its ``metrics.py``): lower-case the output, keep the text
+  before the first ``.``, cut at ``<context>``, ``<example>`` and ``Question``; the task's
+  labels found in it, minus those that also occur in the question, must be exactly the target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+# The answer sets of BABILong's metrics.py (qa1-qa4 locations; qa5 people and objects).
+_LOCATIONS = frozenset({"bathroom", "bedroom", "garden", "hallway", "kitchen", "office"})
+BABILONG_LABELS: dict[str, frozenset[str]] = {
+    "qa1": _LOCATIONS,
+    "qa2": _LOCATIONS,
+    "qa3": _LOCATIONS,
+    "qa4": _LOCATIONS,
+    "qa5": frozenset({"Bill", "Fred", "Jeff", "Mary", "apple", "football", "milk"}),
+}
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f]")
+
+
+def ruler_postprocess(prediction: str) -> str:
+    """RULER's ``postprocess_pred``: strip, control characters -> newline, strip."""
+    return _CONTROL_CHARACTERS.sub("\n", prediction.strip()).strip()
+
+
+def ruler_string_match_all(prediction: str, references: Sequence[str]) -> float:
+    """Fraction in [0, 1] of ``references`` contained in ``prediction`` (case-insensitive).
+    RULER reports the mean over samples x 100."""
+    if not references:
+        raise ValueError("references must hold at least one string")
+    prediction = ruler_postprocess(prediction).lower()
+    return sum(ref.lower() in prediction for ref in references) / len(references)
+
+
+def babilong_preprocess_output(output: str) -> str:
+    """BABILong's ``preprocess_output``, step for step. Its last cut looks for ``Question``
+    after lower-casing, so it never fires; kept so that our scores equal the benchmark's."""
+    output = output.lower()
+    output = output.split(".")[0]
+    output = output.split("<context>")[0]
+    output = output.split("<example>")[0]
+    return output.split("Question")[0]
+
+
+def babilong_compare_answers(
+    target: str, output: str, question: str, task_labels: Iterable[str]
+) -> bool:
+    """True iff the target is the only task label in the (pre-processed) output once the
+    labels that also occur in the question are removed (mentions in questions are never
+    targets)."""
+    output = babilong_preprocess_output(output)
+    labels = {label.lower() for label in task_labels}
+    in_question = {label for label in labels if label in question.lower()}
+    in_output = {label for label in labels if label in output} - in_question
+    return in_output == {target.lower()}
+
+
+def babilong_labels(task: str) -> frozenset[str]:
+    """The answer labels of a BABILong task (qa1-qa5); ValueError for the others."""
+    if task not in BABILONG_LABELS:
+        raise ValueError(
+            f"task {task!r} has no label set; the BABILong metric defines {sorted(BABILONG_LABELS)}"
+        )
+    return BABILONG_LABELS[task]

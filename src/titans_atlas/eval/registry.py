@@ -1,0 +1,139 @@
+"""The task registry: every evaluation is a ``Task`` -- a generator or loader of samples, a
+scorer of one sample, a summary and a plot -- run the same way by ``run_task``.
+
+Samples and outcomes are plain JSON-ready dicts: a sample says what the model is shown
+(``prompt`` text or ``input_ids``) plus what the scorer needs; its outcome drops the long
+prompt and keeps what the model answered and how it was scored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..tokenizer import Tokenizer
+from .inference import DEFAULT_PIECE, Evaluator
+
+SCORING_MODES = ("likelihood", "greedy")
+
+
+@dataclass
+class EvalSettings:
+    """Everything a task may read. Empty tuples mean the task's defaults."""
+
+    lengths: tuple[int, ...] = ()  # tokens (perplexity: the most tokens to read)
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)  # needle depth, fraction of context
+    distances: tuple[int, ...] = ()  # kv-recall: tokens between a value and its query
+    samples: int = 4  # per (length, depth / task) cell
+    seed: int = 0
+    text: str | None = None  # perplexity: a UTF-8 text file
+    bin_size: int = 1024  # perplexity: tokens per bin of the loss-by-position curve
+    haystack_dir: str | None = None  # folder of book *.txt files (S-NIAH essay, BABILong-style)
+    babi_dir: str | None = None  # folder holding bAbI qaN_*_{test,train}.txt files
+    babi_split: str = "test"
+    dataset: str = "RMT-team/babilong"  # Hugging Face name or a local copy in its layout
+    babi_tasks: tuple[str, ...] = ("qa1", "qa2", "qa3", "qa4", "qa5")
+    scoring: str = "likelihood"  # BABILong: "likelihood" over the labels or "greedy" output
+    max_new_tokens: int | None = None  # greedy answers; None: the task's default
+    kv_pairs: int | None = None  # MQAR pairs per sequence; None: length // 16
+    piece_size: int = DEFAULT_PIECE
+    force: bool = False  # run even when the memory estimate exceeds what is free
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORING_MODES:
+            raise ValueError(f"scoring must be one of {SCORING_MODES}, got {self.scoring!r}")
+        if not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"samples must be an int >= 1, got {self.samples!r}")
+        if any(not isinstance(n, int) or n < 0 for n in self.lengths):
+            raise ValueError(f"lengths must be ints >= 0, got {self.lengths!r}")
+        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ValueError(f"depths must lie in [0, 1], got {self.depths!r}")
+        if any(not isinstance(n, int) or n < 1 for n in self.distances):
+            raise ValueError(f"distances must be ints >= 1, got {self.distances!r}")
+
+
+SampleFn = Callable[[EvalSettings, Tokenizer], Iterable[dict]]
+ScoreFn = Callable[[Evaluator, Tokenizer, dict, EvalSettings], dict]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    label: str  # how every output names it, e.g. "BABILong-style (bAbI + Gutenberg noise)"
+    description: str
+    samples: SampleFn  # generator or loader
+    score: ScoreFn  # one sample -> its outcome (JSON-ready, with "score" in [0, 1])
+    summarize: Callable[[list[dict], EvalSettings], dict]
+    plot: Callable[[dict, Path], None]  # result -> PNG file
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    if task.name in TASKS:
+        raise ValueError(f"task {task.name!r} is already registered")
+    TASKS[task.name] = task
+    return task
+
+
+def list_tasks() -> list[str]:
+    return sorted(TASKS)
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; available: {list_tasks()}")
+    return TASKS[name]
+
+
+def run_task(
+    name: str,
+    model: Any,
+    tokenizer: Tokenizer,
+    settings: EvalSettings | None = None,
+    *,
+    evaluator: Evaluator | None = None,
+    progress: Callable[[int, dict], None] | None = None,
+) -> dict:
+    """Run task ``name`` on ``model``: samples -> outcomes -> summary. Before each sample
+    the memory its length needs is checked (MemoryBudgetError unless ``settings.force``).
+    Returns ``{"task", "label", "settings", "summary", "samples", "seconds"}``."""
+    task = get_task(name)
+    settings = settings or EvalSettings()
+    if evaluator is None:
+        evaluator = Evaluator(model, piece_size=settings.piece_size, force=settings.force)
+    start = time.perf_counter()
+    outcomes = []
+    for index, sample in enumerate(task.samples(settings, tokenizer)):
+        evaluator.ensure_memory(int(sample.get("num_tokens", 1)) + 64)
+        outcome = task.score(evaluator, tokenizer, sample, settings)
+        outcomes.append(outcome)
+        if progress is not None:
+            progress(index, outcome)
+    return {
+        "task": task.name,
+        "label": task.label,
+        "settings": dataclasses.asdict(settings),
+        "summary": task.summarize(outcomes, settings),
+        "samples": outcomes,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def without_prompt(sample: dict) -> dict:
+    """A sample's JSON-worthy fields: the (long) prompt and token lists left out."""
+    return {k: v for k, v in sample.items() if k not in ("prompt", "input_ids", "context")}
+
+
+def mean_by(outcomes: list[dict], *keys: str) -> dict[tuple, float]:
+    """Mean ``score`` of the outcomes grouped by the values of ``keys``."""
+    groups: dict[tuple, list[float]] = {}
+    for outcome in outcomes:
+        groups.setdefault(tuple(outcome[k] for k in keys), []).append(float(outcome["score"]))
+    return {key: sum(v) / len(v) for key, v in groups.items()}
