@@ -180,3 +180,26 @@ def test_loaded_weights_are_the_saved_ones(checkpoints):
     for name, tensor in torch_lm.state_dict().items():
         if name in params:
             assert np.array_equal(np.array(params[name]), tensor.numpy()), name
+
+
+def kv_cache_lengths(obj) -> list[int]:
+    """Cached key counts of every KV cache in a (torch or MLX) model state, in order."""
+    if hasattr(obj, "keys") and hasattr(obj, "positions"):
+        return [obj.keys.shape[2]]
+    if hasattr(obj, "__dataclass_fields__"):
+        obj = [getattr(obj, name) for name in obj.__dataclass_fields__]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, list | tuple):
+        return [n for value in obj for n in kv_cache_lengths(value)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["swa", "mac", "mag", "transformer"])
+def test_kv_caches_keep_what_torch_keeps(name, checkpoints):
+    model, directory = checkpoints[name]
+    ids = tokens(1, 11)
+    with torch.no_grad():
+        _, expected = model(ids)
+    _, state = tam.load_model(directory)(to_mx(ids))
+    assert kv_cache_lengths(state) == kv_cache_lengths(expected) != []

@@ -1,4 +1,4 @@
-"""Muon's orthogonalisation in MLX: the quintic Newton-Schulz iteration (spec/memory.md).
+"""Muon's orthogonalisation in MLX: the quintic Newton-Schulz iteration (docs/memory.md).
 
 Axes: any leading batch axes, then a matrix ``[..., rows, cols]``; both forms work on the wide
 orientation (rows <= cols) and transpose back. ``newton_schulz5_reference`` is the literal

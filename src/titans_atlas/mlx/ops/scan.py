@@ -1,4 +1,4 @@
-"""``memory_scan`` in MLX: the public entry to the memory recurrence (spec/memory.md),
+"""``memory_scan`` in MLX: the public entry to the memory recurrence (docs/memory.md),
 mirroring ``titans_atlas.ops.scan``: validation, state preparation, dispatch between the
 per-token loop and the chunked dual form.
 

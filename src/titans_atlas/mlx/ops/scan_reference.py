@@ -1,5 +1,5 @@
 """The memory recurrence one token at a time in MLX: literally the equations of
-spec/memory.md (mirrors ``titans_atlas.ops.scan_reference``).
+docs/memory.md (mirrors ``titans_atlas.ops.scan_reference``).
 
 Axes: B batch, T tokens, H heads, Dk/Dv key/value width, C chunk size, c Omega window.
 The oracle of the MLX chunked form and the decoding path. One token's update is a function of

@@ -1,4 +1,4 @@
-"""The explicit state of a memory stream (spec/memory.md, "Streaming state"), in MLX.
+"""The explicit state of a memory stream (docs/memory.md), in MLX.
 
 Axes: B batch, H heads, Dk key width, C chunk size, c Omega window.
 Weights and momenta are dicts keyed like ``memory.init_weights()``, each ``[B, H, ...]``.
