@@ -7,7 +7,6 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -197,9 +196,7 @@ def test_docs_training_example_runs(tmp_path):
     doc = (ROOT / "docs" / "mlx.md").read_text()
     code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
     code = code.replace("/tmp/mlx-ckpt", str(tmp_path / "ckpt"))
-    start = time.perf_counter()
     namespace: dict = {}
     exec(compile(code, "docs/mlx.md", "exec"), namespace)
     assert namespace["losses"][-1] < namespace["losses"][0]
     ta.load_model(str(tmp_path / "ckpt"))  # the MLX-trained checkpoint loads in torch
-    assert time.perf_counter() - start < 60
