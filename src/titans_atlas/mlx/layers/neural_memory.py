@@ -1,0 +1,214 @@
+"""The memory layer in MLX (mirrors ``titans_atlas.layers.neural_memory``; spec:
+docs/architectures.md, "The memory layer").
+
+Axes: B batch, T tokens, D model width, H heads, Dh head width, Dk key width after the
+feature map, c Omega window.
+
+x -> q, k, v projections -> causal depthwise conv -> SiLU -> L2-normalise q, k -> optional
+polynomial map -> per-token gates from x -> memory_scan -> per-head RMSNorm -> output gate ->
+output projection. The settings come from the torch side's ``MemoryConfig``, read through
+``scan_options`` only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ...layers.neural_memory import MemoryConfig
+from ..ops import (
+    GatedMLPMemory,
+    LinearMemory,
+    MemoryState,
+    MLPMemory,
+    default_polynomial_coefficients,
+    memory_scan,
+    polynomial_features,
+    polynomial_width,
+)
+from ..ops.memory_models import silu
+from .basic import CausalConv, normal_init
+
+# The update rules of MemoryConfig, as memory_scan's ``muon=`` values.
+UPDATE_RULES = {"momentum": False, "muon": "token", "muon_chunk": "chunk"}
+LEGACY_MUON = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
+
+
+def update_rule(config: MemoryConfig) -> str:
+    """The config's update rule, "momentum" | "muon" | "muon_chunk" (the one place that reads
+    it: ``MemoryConfig.muon`` becomes ``update_rule``, TODO(#15))."""
+    return getattr(config, "update_rule", None) or LEGACY_MUON[config.muon]
+
+
+def scan_options(config: MemoryConfig) -> dict[str, Any]:
+    """The ``memory_scan`` keywords a config fixes (architecture, not runtime choices)."""
+    return {
+        "chunk_size": config.chunk_size,
+        "omega_window": config.omega_window,
+        "muon": UPDATE_RULES[update_rule(config)],
+        "read": config.read,
+    }
+
+
+@dataclass
+class MemoryLayerState:
+    """A memory layer's stream: the memory itself and the conv caches (by stream name)."""
+
+    memory: MemoryState
+    conv: dict[str, mx.array] = field(default_factory=dict)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
+    """``torch.nn.functional.normalize(x, dim=-1)``: x / max(||x||, eps)."""
+    return x / mx.maximum(mx.sqrt((x * x).sum(axis=-1, keepdims=True)), eps)
+
+
+class NeuralMemory(nn.Module):
+    """``(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
+
+    def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.config, self.num_heads = config, num_heads
+        self.impl, self.compiled, self.validate = "auto", True, True  # runtime (set_runtime)
+        head_dim = self.head_dim = dim // num_heads
+        width = head_dim * num_heads
+        self.to_qkv = nn.Linear(dim, 3 * width, bias=False)
+        self.conv = {n: CausalConv(width, config.conv_kernel) for n in "qkv"}
+        self.omega_gates = config.omega_window if config.omega_window > 1 else 0
+        self.to_gates = nn.Linear(dim, num_heads * (3 + self.omega_gates))
+        self._init_gates()
+        key_dim = head_dim
+        if config.feature_map == "polynomial":
+            self.poly_coefficients = default_polynomial_coefficients(config.poly_degree)
+            key_dim = polynomial_width(head_dim, config.poly_degree)
+            if config.feature_projection:
+                self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
+                normal_init(self.feature_projection)
+                key_dim = head_dim
+        self.memory = _build_memory(config, key_dim, head_dim)
+        self.initial_weights = self.memory.init_weights(num_heads)
+        self.out_norm = nn.RMSNorm(head_dim, eps=1e-6)
+        self.to_out_gate = nn.Linear(dim, width, bias=False)
+        self.to_out = nn.Linear(width, dim, bias=False)
+        for linear in (self.to_qkv, self.to_out_gate, self.to_out):
+            normal_init(linear)
+
+    def _init_gates(self) -> None:
+        """Small weights and biases that give the configured untrained gates."""
+        config, heads = self.config, self.num_heads
+        normal_init(self.to_gates)
+        biases = [
+            _logit(config.init_lr / config.lr_max),
+            _logit(config.init_momentum),
+            _logit(config.init_decay),
+        ]
+        if self.omega_gates:
+            biases += [_logit(config.omega_init)] * self.omega_gates
+        self.to_gates.bias = mx.repeat(mx.array(biases), heads)
+
+    def initial_state(self, batch_size: int) -> MemoryLayerState:
+        return MemoryLayerState(memory=self.memory.initial_state(self.initial_weights, batch_size))
+
+    def _split_heads(self, x: mx.array) -> mx.array:
+        return x.reshape(*x.shape[:2], self.num_heads, -1)  # [B, T, H*Dh] -> [B, T, H, Dh]
+
+    def _features(self, x: mx.array) -> mx.array:
+        """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]."""
+        x = l2_normalize(silu(self._split_heads(x)))
+        if self.config.feature_map == "polynomial":
+            x = polynomial_features(x, self.config.poly_degree, self.poly_coefficients)
+            if self.config.feature_projection:
+                x = self.feature_projection(x)
+        return x
+
+    def _query_features(self, q: mx.array, cache: mx.array | None):
+        q, cache = self.conv["q"](q, cache)
+        return self._features(q), cache
+
+    def _gates(self, x: mx.array):
+        raw = mx.sigmoid(self.to_gates(x))  # [B, T, (G H)]
+        raw = raw.reshape(*x.shape[:2], -1, self.num_heads).swapaxes(-1, -2)  # [B, T, H, G]
+        lr, momentum, decay = raw[..., 0] * self.config.lr_max, raw[..., 1], raw[..., 2]
+        omega = raw[..., 3:] if self.omega_gates else None
+        return lr, momentum, decay, omega
+
+    def output(self, read: mx.array, x: mx.array) -> mx.array:
+        """Per-head RMSNorm of the reads ``[B, T, H, Dh]``, output gate from x, projection."""
+        read = self.out_norm(read.astype(self.out_norm.weight.dtype))
+        read = read.reshape(*read.shape[:2], -1)  # [B, T, H*Dh]
+        gate = self.to_out_gate(x)
+        gate = mx.sigmoid(gate) if self.config.output_gate == "sigmoid" else silu(gate)
+        return self.to_out(read * gate)
+
+    def __call__(
+        self, x: mx.array, state: MemoryLayerState | None = None
+    ) -> tuple[mx.array, MemoryLayerState]:
+        if state is None:
+            state = self.initial_state(x.shape[0])
+        conv = dict(state.conv)  # a forward never mutates the caller's state
+        q, k, v = mx.split(self.to_qkv(x), 3, axis=-1)
+        q, conv["q"] = self._query_features(q, conv.get("q"))
+        k, conv["k"] = self.conv["k"](k, conv.get("k"))
+        v, conv["v"] = self.conv["v"](v, conv.get("v"))
+        k = self._features(k)
+        v = self._split_heads(silu(v))
+        lr, momentum, decay, omega = self._gates(x)
+        read, memory = memory_scan(
+            self.memory,
+            q,
+            k,
+            v,
+            lr,
+            momentum,
+            decay,
+            state.memory,
+            omega_gate=omega,
+            impl=self.impl,
+            compiled=self.compiled,
+            validate=self.validate,
+            **scan_options(self.config),
+        )
+        return self.output(read, x), MemoryLayerState(memory=memory, conv=conv)
+
+    def retrieve(
+        self, x: mx.array, weights: dict, conv_cache: mx.array | None
+    ) -> tuple[mx.array, mx.array]:
+        """Read memory ``weights`` ``[B, H, ...]`` with queries from x, no update (MAC eq. 21).
+        Returns ``[B, T, D]`` and the query conv cache of this stream."""
+        width = self.head_dim * self.num_heads
+        q, conv_cache = self._query_features(x @ self.to_qkv.weight[:width].T, conv_cache)
+        q = q.swapaxes(1, 2).astype(next(iter(weights.values())).dtype)  # [B, H, T, Dk]
+        read = self.memory.forward(weights, q).swapaxes(1, 2)  # [B, T, H, Dv]
+        return self.output(read, x), conv_cache
+
+
+def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
+    if config.residual and key_dim != value_dim:
+        raise ValueError(
+            f"residual memory needs key width == value width, got {key_dim} != {value_dim} "
+            "(a polynomial feature map widens keys: set feature_projection=True or residual=False)"
+        )
+    if config.model == "linear":
+        return LinearMemory(dim_in=key_dim, dim_out=value_dim)
+    if config.model == "mlp":
+        return MLPMemory(
+            dim_in=key_dim,
+            dim_out=value_dim,
+            expansion=config.expansion,
+            depth=config.depth,
+            activation=config.activation,
+            residual=config.residual,
+        )
+    return GatedMLPMemory(
+        dim_in=key_dim, dim_out=value_dim, expansion=config.expansion, residual=config.residual
+    )

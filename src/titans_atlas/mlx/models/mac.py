@@ -1,0 +1,73 @@
+"""MAC in MLX, memory as context (Titans eqs. 21-25; mirrors ``titans_atlas.models.mac``).
+
+For segment s of ``window`` tokens, with M_{s-1} the memory after the previous segment:
+h = M*_{s-1}(q(x_s)) (read only); y = Attn([persistent ; h ; x_s]); M_s = M_{s-1} updated with
+norm(y); o = y (x) M*_s(y) per token; x + gate(y, m); then FFN. A call may start or end
+anywhere inside a segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ...layers.attention import VisibilityRule
+from ...models.config import ModelConfig
+from ..layers.attention import KVCache
+from ..layers.neural_memory import MemoryLayerState, NeuralMemory
+from .backbone import LanguageModel, register
+from .blocks import FeedForward, NonLinearGate, make_attention
+
+
+@dataclass
+class MACState:
+    """A MAC block's stream: the memory, the segment's read-only weights M_{s-1}, the conv
+    cache of the retrieval queries and the segment's KV cache."""
+
+    memory: MemoryLayerState
+    segment_weights: dict[str, mx.array] | None = None
+    retrieve_conv: mx.array | None = None
+    attn: KVCache | None = None
+
+
+class MACBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.segment = config.window
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.attn = make_attention(config, VisibilityRule(segment=config.window))
+        self.gate = NonLinearGate(config)
+        self.ffn = FeedForward(config)
+
+    def __call__(self, x, state: MACState | None, position: int):
+        state = state or MACState(memory=self.memory.initial_state(x.shape[0]))
+        pieces, start = [], 0
+        while start < x.shape[1]:
+            pos = position + start
+            stop = min(x.shape[1], start + self.segment - pos % self.segment)
+            if pos % self.segment == 0 or state.segment_weights is None:
+                state = replace(state, segment_weights=state.memory.memory.weights)  # M_{s-1}
+            piece, state = self._segment(x[:, start:stop], state, pos)
+            pieces.append(piece)
+            start = stop
+        return self.ffn(mx.concatenate(pieces, axis=1)), state
+
+    def _segment(self, x: mx.array, state: MACState, position: int):
+        """One segment (or the part of it in this call)."""
+        h_in = self.norm(x)
+        retrieved, retrieve_conv = self.memory.retrieve(
+            h_in, state.segment_weights, state.retrieve_conv
+        )
+        y, attn = self.attn(h_in, state.attn, position, context=retrieved)
+        m, memory = self.memory(self.memory_norm(y), state.memory)
+        new_state = MACState(memory, state.segment_weights, retrieve_conv, attn)
+        return x + self.gate(y, m), new_state
+
+
+@register("mac")
+class MAC(LanguageModel):
+    block_class = MACBlock

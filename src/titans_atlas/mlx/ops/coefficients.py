@@ -1,0 +1,166 @@
+"""Gate-only work of the chunked scan in MLX (mirrors ``titans_atlas.ops.coefficients``;
+docs/memory.md, section 3).
+
+Axes: B batch, H heads, N chunks, C chunk size, c Omega window, U = C + c - 1 key columns,
+M rows whose Muon momentum is materialised (C per-token, 1 per-chunk).
+
+    W_i = read_decay_i W0 + read_momentum_i S0 - sum_u read_grad_iu a_u^T b_u      (plain)
+    W_i = read_decay_i W0 - sum_m read_update_im NS5(S_m)                            (Muon)
+
+Products of gates are built in log space from segment sums; everything that must vanish is
+masked to -inf *before* exp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+# Smallest gate value taken into log space; a gate of exactly 0 gets a straight-through
+# gradient (see the torch module).
+TINY = 1e-30
+NEG_INF = float("-inf")
+
+
+def safe_log(x: mx.array) -> mx.array:
+    """log(x) for x in [0, 1]: log(max(x, TINY)) in value, with the gradient of log at that
+    point flowing to x even where x < TINY."""
+    return mx.log(x + mx.stop_gradient(mx.maximum(x, TINY) - x))
+
+
+def safe_log1m(x: mx.array) -> mx.array:
+    """log(1 - x) for x in [0, 1]."""
+    return safe_log(1.0 - x)
+
+
+def segment_sum(x: mx.array) -> mx.array:
+    """``[..., C]`` -> ``[..., C, C]`` with [i, j] = sum_{r=j+1}^{i} x_r for j <= i and -inf
+    above the diagonal; each entry sums only its own terms (no difference of cumsums)."""
+    size = x.shape[-1]
+    strict = mx.tril(mx.ones((size, size), dtype=mx.bool_), k=-1)  # [r, j]: j < r
+    terms = mx.where(strict, x[..., :, None], 0.0)  # [..., r, j]
+    sums = mx.cumsum(terms, axis=-2)  # [..., i, j]
+    lower = mx.tril(mx.ones((size, size), dtype=mx.bool_))
+    return mx.where(lower, sums, NEG_INF)
+
+
+def omega_band(gate: mx.array) -> mx.array:
+    """Omega gates ``[B, H, N, C, c]`` -> banded ``[B, H, N, C, U]`` with [s, s + c-1 - j] =
+    gate[s, j]: row s collects tap j of token s, which is key column s - j of the window."""
+    size, window = gate.shape[-2], gate.shape[-1]
+    rows = mx.arange(size)
+    cols = mx.arange(size + window - 1)
+    taps = mx.arange(window)
+    placement = cols[None, None, :] == rows[None, :, None] + (window - 1) - taps[:, None, None]
+    return mx.einsum("...sj,jsu->...su", gate, placement.astype(gate.dtype))
+
+
+def _shift_rows(x: mx.array, first: float, axis: int) -> mx.array:
+    """Row i takes row i - 1's value (read "before"); row 0 gets ``first``."""
+    axis = axis % x.ndim
+    head_shape = list(x.shape)
+    head_shape[axis] = 1
+    head = mx.full(head_shape, first, dtype=x.dtype)
+    body = mx.split(x, [x.shape[axis] - 1], axis=axis)[0]
+    return mx.concatenate([head, body], axis=axis)
+
+
+@dataclass
+class Gates:
+    """Gates laid out on the chunk grid; padding rows are identity steps."""
+
+    lr: mx.array  # theta [B, H, N, C], 0 on padding
+    log_momentum: mx.array  # log eta [B, H, N, C], 0 on padding
+    log_keep: mx.array  # log(1 - alpha) [B, H, N, C], 0 on padding
+    valid: mx.array  # bool [N, C], False on padding
+    band: mx.array | None  # Omega gates as a band [B, H, N, C, U]; None = identity (c = 1)
+
+
+def _decay_matrices(gates: Gates) -> tuple[mx.array, ...]:
+    """keep: A [i, m] = prod_{r=m+1}^{i} (1 - alpha_r), zero on padding columns m;
+    carry: E [m, s] = prod_{r=s+1}^{m} eta_r; and their from-the-chunk-start forms."""
+    keep_log = mx.where(gates.valid[..., None, :], segment_sum(gates.log_keep), NEG_INF)
+    keep = mx.exp(keep_log)
+    carry = mx.exp(segment_sum(gates.log_momentum))
+    keep_from_start = mx.exp(mx.cumsum(gates.log_keep, axis=-1))
+    carry_from_start = mx.exp(mx.cumsum(gates.log_momentum, axis=-1))
+    return keep, carry, keep_from_start, carry_from_start
+
+
+def _apply_band(coef: mx.array, band: mx.array | None) -> mx.array:
+    """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
+    return coef if band is None else coef @ band
+
+
+@dataclass
+class PlainCoefficients:
+    read_decay: mx.array  # [B, H, N, C]
+    read_momentum: mx.array  # [B, H, N, C]
+    read_grad: mx.array  # [B, H, N, C, U]
+    end_decay: mx.array  # [B, H, N]
+    end_momentum: mx.array  # [B, H, N]
+    end_grad: mx.array  # [B, H, N, U]
+    momentum_decay: mx.array  # [B, H, N]
+    momentum_grad: mx.array  # [B, H, N, U]
+
+
+def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
+    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
+    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    momentum_into_weights = (keep @ carry_from_start[..., None]).squeeze(-1)
+    grad = _apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)  # [.., C, U]
+    momentum_grad = _apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
+    read_decay, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
+    if read == "before":
+        read_decay = _shift_rows(read_decay, 1.0, axis=-1)
+        read_momentum = _shift_rows(read_momentum, 0.0, axis=-1)
+        read_grad = _shift_rows(read_grad, 0.0, axis=-2)
+    return PlainCoefficients(
+        read_decay=read_decay,
+        read_momentum=read_momentum,
+        read_grad=read_grad,
+        end_decay=keep_from_start[..., -1],
+        end_momentum=momentum_into_weights[..., -1],
+        end_grad=grad[..., -1, :],
+        momentum_decay=carry_from_start[..., -1],
+        momentum_grad=momentum_grad.squeeze(-2),
+    )
+
+
+@dataclass
+class MuonCoefficients:
+    rows_momentum: mx.array  # [B, H, N, M]: S_m = rows_momentum_m S0 + sum_u rows_grad_mu G_u
+    rows_grad: mx.array  # [B, H, N, M, U]
+    read_decay: mx.array  # [B, H, N, C]
+    read_update: mx.array  # [B, H, N, C, M]
+    end_decay: mx.array  # [B, H, N]
+    end_update: mx.array  # [B, H, N, M]
+
+
+def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficients:
+    """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
+    ``per_chunk`` the NS5 step is taken only at the token that closes a chunk (row C - 1)."""
+    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    if per_chunk:
+        rows_momentum = carry_from_start[..., -1:]
+        rows_grad = _apply_band(carry[..., -1:, :], gates.band)
+        closes = gates.lr[..., -1] * gates.valid[..., -1]  # [B, H, N]
+        update = mx.zeros((*gates.lr.shape[:-1], gates.lr.shape[-1] - 1, 1), dtype=closes.dtype)
+        update = mx.concatenate([update, closes[..., None, None]], axis=-2)  # [B, H, N, C, 1]
+    else:
+        rows_momentum = carry_from_start
+        rows_grad = _apply_band(carry, gates.band)
+        update = keep * gates.lr[..., None, :]  # [.., C, C]
+    read_decay, read_update = keep_from_start, update
+    if read == "before":
+        read_decay = _shift_rows(read_decay, 1.0, axis=-1)
+        read_update = _shift_rows(read_update, 0.0, axis=-2)
+    return MuonCoefficients(
+        rows_momentum=rows_momentum,
+        rows_grad=rows_grad,
+        read_decay=read_decay,
+        read_update=read_update,
+        end_decay=keep_from_start[..., -1],
+        end_update=update[..., -1, :],
+    )

@@ -1,0 +1,58 @@
+"""Muon's orthogonalisation in MLX: the quintic Newton-Schulz iteration (docs/memory.md).
+
+Axes: any leading batch axes, then a matrix ``[..., rows, cols]``; both forms work on the wide
+orientation (rows <= cols) and transpose back. ``newton_schulz5_reference`` is the literal
+iteration; ``newton_schulz5`` is the same arithmetic under ``mx.compile`` (one fused graph per
+shape; MLX's autodiff differentiates it, so no hand-written backward is needed).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+NS5_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def safe_frobenius_norm(x: mx.array) -> mx.array:
+    """||x||_F over the last two axes (keepdims) whose gradient at x = 0 is 0, not NaN."""
+    squared = (x * x).sum(axis=(-2, -1), keepdims=True)
+    nonzero = squared > 0
+    # Double where: sqrt's infinite slope at 0 must never be evaluated, even where masked out.
+    return mx.where(nonzero, mx.sqrt(mx.where(nonzero, squared, 1.0)), 0.0)
+
+
+def _check(x: mx.array) -> None:
+    if x.ndim < 2:
+        raise ValueError(f"x must have at least 2 dimensions, got shape {list(x.shape)}")
+
+
+def _iterate(x: mx.array, steps: int, eps: float) -> mx.array:
+    """The iteration on a wide ``x``: normalise, then A = X X^T, X = a X + (b A + c A A) X."""
+    a, b, c = NS5_COEFFICIENTS
+    x = x / (safe_frobenius_norm(x) + eps)
+    for _ in range(steps):
+        gram = x @ mx.swapaxes(x, -1, -2)
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x
+
+
+def newton_schulz5_reference(x: mx.array, steps: int = 5, eps: float = 1e-7) -> mx.array:
+    """X = x / (||x||_F + eps), then ``steps`` Newton-Schulz steps; tall inputs transposed."""
+    _check(x)
+    tall = x.shape[-2] > x.shape[-1]
+    out = _iterate(mx.swapaxes(x, -1, -2) if tall else x, steps, eps)
+    return mx.swapaxes(out, -1, -2) if tall else out
+
+
+_COMPILED: dict[tuple[int, float], object] = {}
+
+
+def newton_schulz5(x: mx.array, steps: int = 5, eps: float = 1e-7) -> mx.array:
+    """The same function as ``newton_schulz5_reference``, compiled per (steps, eps)."""
+    _check(x)
+    key = (steps, eps)
+    if key not in _COMPILED:
+        _COMPILED[key] = mx.compile(lambda wide: _iterate(wide, steps, eps))
+    tall = x.shape[-2] > x.shape[-1]
+    out = _COMPILED[key](mx.swapaxes(x, -1, -2) if tall else x)
+    return mx.swapaxes(out, -1, -2) if tall else out

@@ -1,0 +1,177 @@
+"""``memory_scan`` in MLX: the public entry to the memory recurrence (docs/memory.md),
+mirroring ``titans_atlas.ops.scan``: validation, state preparation, dispatch between the
+per-token loop and the chunked dual form.
+
+Axes: B batch, T tokens, H heads, Dk key/query width, Dv value width, c Omega window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import mlx.core as mx
+
+from ...validation import check_int
+from .memory_models import MemoryModel
+from .scan_chunk import memory_scan_chunk
+from .scan_reference import memory_scan_reference
+from .state import MemoryState
+
+IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk}
+READ_MODES = ("after", "before")
+MUON_MODES = {False: None, True: "token", "token": "token", "chunk": "chunk"}
+# As on the torch side: the per-token loop wins for calls of up to about C / 16 tokens.
+AUTO_TOKENS_PER_CHUNK = 16
+
+
+def memory_scan(
+    memory: MemoryModel,
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    lr: mx.array,
+    momentum: mx.array,
+    decay: mx.array,
+    state: MemoryState,
+    *,
+    chunk_size: int = 64,
+    omega_window: int = 1,
+    omega_gate: mx.array | None = None,
+    muon: bool | str = False,
+    read: str = "after",
+    impl: str = "auto",
+    compiled: bool = True,
+    validate: bool = True,
+) -> tuple[mx.array, MemoryState]:
+    """Run the memory over a stream; the reads ``[B, T, H, Dv]`` and the state after it.
+
+    The arguments are those of ``titans_atlas.ops.memory_scan`` (q, k ``[B, T, H, Dk]``, v
+    ``[B, T, H, Dv]``, gates ``[B, T, H]``, Omega gate ``[B, T, H, c]``), as MLX arrays; the
+    torch-only ``checkpoint`` is absent and ``compiled`` chooses ``mx.compile``d steps.
+    ``validate=False`` skips the checks that read values (NaN, gate ranges): they wait for
+    the inputs to be computed, which an enclosing ``mx.compile`` cannot do. Shapes are always
+    checked.
+    """
+    _check_inputs(
+        memory, q, k, v, lr, momentum, decay, state, chunk_size, omega_window, omega_gate, validate
+    )
+    _check_modes(muon, read, impl)
+    muon_mode = MUON_MODES[muon]
+    if q.shape[1] == 0:  # nothing to read or write: the stream stands still
+        return mx.zeros((*q.shape[:3], v.shape[-1]), dtype=q.dtype), state
+    if impl == "auto":
+        short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
+        impl = "reference" if short else "chunk"
+    dtype = next(iter(state.weights.values())).dtype
+    state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
+    inputs = [x.astype(dtype) for x in (q, k, v, lr, momentum, decay)]
+    gate = None if omega_gate is None else omega_gate.astype(dtype)
+    y, new_state = IMPLS[impl](
+        memory, *inputs, state, chunk_size, omega_window, gate, muon_mode, read, compiled
+    )
+    return y.astype(q.dtype), new_state
+
+
+def _prepare_state(state, q, v, chunk_size, omega_window, dtype) -> MemoryState:
+    """Fill in what a fresh state leaves open: the chunk grid and a zero Omega halo."""
+    batch, _, heads, _ = q.shape
+    halo_k, halo_v = state.halo_keys, state.halo_values
+    if halo_k is None or state.position == 0:  # before the first token the halo is all zeros
+        halo_k = mx.zeros((batch, heads, omega_window - 1, q.shape[-1]), dtype=dtype)
+        halo_v = mx.zeros((batch, heads, omega_window - 1, v.shape[-1]), dtype=dtype)
+    return replace(
+        state,
+        halo_keys=halo_k,
+        halo_values=halo_v,
+        chunk_size=chunk_size,
+        omega_window=omega_window,
+    )
+
+
+def _all(condition: mx.array) -> bool:
+    return bool(mx.all(condition).item())
+
+
+def _check_inputs(
+    memory, q, k, v, lr, momentum, decay, state, chunk_size, omega_window, omega_gate, values
+) -> None:
+    """Raise ValueError naming the offending argument."""
+    if not isinstance(memory, MemoryModel):
+        raise ValueError(f"memory must be an MLX MemoryModel, got {type(memory).__name__}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, mx.array) or x.ndim != 4:
+            got = list(x.shape) if isinstance(x, mx.array) else type(x).__name__
+            raise ValueError(f"{name} must be an mx.array [B, T, H, D], got {got}")
+        if not mx.issubdtype(x.dtype, mx.floating):
+            raise ValueError(f"{name} must be a floating-point array, got {x.dtype}")
+        if x.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {x.dtype}, q has {q.dtype}; q, k, v must match")
+        if values and not _all(mx.isfinite(x)):
+            raise ValueError(f"{name} contains NaN or inf")
+    batch, length, heads, _ = q.shape
+    if k.shape != q.shape:
+        raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must be [{batch}, {length}, {heads}, Dv], got {list(v.shape)}")
+    if q.shape[-1] != memory.dim_in:
+        raise ValueError(f"q/k width {q.shape[-1]} != memory.dim_in {memory.dim_in}")
+    if v.shape[-1] != memory.dim_out:
+        raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
+    _check_gate("lr", lr, q.shape[:3], low=0.0, high=None, values=values)
+    _check_gate("momentum", momentum, q.shape[:3], low=0.0, high=1.0, values=values)
+    _check_gate("decay", decay, q.shape[:3], low=0.0, high=1.0, values=values)
+    check_int("chunk_size", chunk_size, 1)
+    check_int("omega_window", omega_window, 1)
+    if omega_gate is None and omega_window > 1:
+        raise ValueError(f"omega_gate [B, T, H, {omega_window}] is required when omega_window > 1")
+    if omega_gate is not None:
+        _check_gate(
+            "omega_gate", omega_gate, (*q.shape[:3], omega_window), low=0.0, high=1.0, values=values
+        )
+    _check_state(memory, state, batch, heads, chunk_size, omega_window)
+
+
+def _check_modes(muon, read, impl) -> None:
+    if read not in READ_MODES:
+        raise ValueError(f"read must be one of {READ_MODES}, got {read!r}")
+    if impl not in (*IMPLS, "auto"):
+        raise ValueError(f"impl must be one of {(*IMPLS, 'auto')}, got {impl!r}")
+    if not any(muon is key or (isinstance(muon, str) and muon == key) for key in MUON_MODES):
+        raise ValueError(f"muon must be one of False, True, 'token', 'chunk', got {muon!r}")
+
+
+def _check_gate(name, gate, shape, low, high, values) -> None:
+    if not isinstance(gate, mx.array) or tuple(gate.shape) != tuple(shape):
+        got = list(gate.shape) if isinstance(gate, mx.array) else type(gate).__name__
+        raise ValueError(f"{name} must have shape {list(shape)}, got {got}")
+    if not values:
+        return
+    in_range = mx.isfinite(gate) & (gate >= low)
+    if high is not None:
+        in_range = in_range & (gate <= high)
+    if not _all(in_range):
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must lie in {bounds} (finite, not NaN)")
+
+
+def _check_state(memory, state, batch, heads, chunk_size, omega_window) -> None:
+    if not isinstance(state, MemoryState):
+        raise ValueError("state must be an MLX MemoryState (start one with memory.initial_state)")
+    memory.check_weights(state.weights, batched=True, name="state.weights")
+    memory.check_weights(state.momentum, batched=True, name="state.momentum")
+    if (state.batch_size, state.num_heads) != (batch, heads):
+        raise ValueError(
+            f"state is for batch {state.batch_size} x heads {state.num_heads}, "
+            f"inputs are batch {batch} x heads {heads}"
+        )
+    if state.chunk_size is not None and state.chunk_size != chunk_size and state.position > 0:
+        raise ValueError(
+            f"chunk_size={chunk_size} differs from the stream's chunk_size={state.chunk_size} "
+            "(the chunk grid is anchored at the stream start)"
+        )
+    if state.omega_window is not None and state.omega_window != omega_window and state.position:
+        raise ValueError(
+            f"omega_window={omega_window} differs from the stream's {state.omega_window}"
+        )
+    if state.position % chunk_size and state.base is None:
+        raise ValueError("state stands inside a chunk but has no base weights (state.base)")

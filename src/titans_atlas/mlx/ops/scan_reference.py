@@ -1,0 +1,123 @@
+"""The memory recurrence one token at a time in MLX: literally the equations of
+docs/memory.md (mirrors ``titans_atlas.ops.scan_reference``).
+
+Axes: B batch, T tokens, H heads, Dk/Dv key/value width, C chunk size, c Omega window.
+The oracle of the MLX chunked form and the decoding path. One token's update is a function of
+arrays only (the chunk-boundary choices are made by the loop), so it can be ``mx.compile``d.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import mlx.core as mx
+
+from .memory_models import MemoryModel
+from .newton_schulz import newton_schulz5_reference
+from .state import MemoryState, last_tokens
+
+
+def _token_step(memory: MemoryModel, muon: str | None, read: str) -> Callable:
+    """``step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q)``:
+    taps ``[B, H, c, D]``, gamma ``[B, H, c]``, gates ``[B, H, 1, 1]``, ``ns_step`` 1.0 where
+    a Muon step is taken at this token (0.0 otherwise), q ``[B, H, 1, Dk]``."""
+
+    def step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q):
+        grads = {  # G = sum_j gamma_j a_j^T b_j: [B, H, d_in, d_out]
+            name: mx.swapaxes(gamma[..., None] * a, -1, -2) @ b
+            for name, (a, b) in memory.grad_factors(base, taps_k, taps_v).items()
+        }
+        previous = weights
+        if muon is None:  # Titans eq. 13-14
+            mom = {n: eta * mom[n] - theta * grads[n] for n in grads}
+            weights = {n: (1 - alpha) * weights[n] + mom[n] for n in grads}
+        else:  # ATLAS Muon; per-chunk Muon steps only at the token that closes a chunk
+            mom = {n: eta * mom[n] + grads[n] for n in grads}
+            weights = {
+                n: (1 - alpha) * weights[n] - ns_step * theta * newton_schulz5_reference(mom[n])
+                for n in grads
+            }
+        read_weights = weights if read == "after" else previous
+        return memory.forward(read_weights, q), weights, mom
+
+    return step
+
+
+_STEPS: dict[tuple, Callable] = {}
+
+
+def token_step(memory: MemoryModel, muon: str | None, read: str, compiled: bool) -> Callable:
+    """The (cached, optionally compiled) one-token update."""
+    key = (memory, muon is not None, read, compiled)
+    if key not in _STEPS:
+        step = _token_step(memory, muon, read)
+        _STEPS[key] = mx.compile(step) if compiled else step
+    return _STEPS[key]
+
+
+def memory_scan_reference(
+    memory: MemoryModel,
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    lr: mx.array,
+    momentum: mx.array,
+    decay: mx.array,
+    state: MemoryState,
+    chunk_size: int,
+    omega_window: int,
+    omega_gate: mx.array | None,
+    muon: str | None,
+    read: str,
+    compiled: bool = False,
+) -> tuple[mx.array, MemoryState]:
+    """Per-token loop; same arguments and result as ``memory_scan_chunk``."""
+    length, size, window = q.shape[1], chunk_size, omega_window
+    q, k, v = (mx.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, D]
+    if omega_gate is None:
+        omega_gate = mx.ones((*lr.shape, 1), dtype=lr.dtype)
+    keys = mx.concatenate([state.halo_keys, k], axis=2)  # [B, H, c-1+T, Dk]
+    values = mx.concatenate([state.halo_values, v], axis=2)
+    step = token_step(memory, muon, read, compiled)
+    gates = [mx.swapaxes(g, 1, 2)[..., None, None] for g in (lr, momentum, decay)]  # [B,H,T,1,1]
+
+    weights, mom, base = state.weights, state.momentum, state.chunk_base()
+    outputs = []
+    for r in range(length):
+        t = state.position + r
+        if t % size == 0:
+            base = weights  # the base weights of a chunk are the weights at the end of the last
+        # Omega window: tap j looks at token t - j (taps before the stream start are dropped)
+        taps_k = keys[:, :, r : r + window][:, :, ::-1]  # [B, H, c, Dk]
+        taps_v = values[:, :, r : r + window][:, :, ::-1]
+        exists = mx.array([float(t - j >= 0) for j in range(window)], dtype=omega_gate.dtype)
+        gamma = omega_gate[:, r] * exists  # [B, H, c]
+        theta, eta, alpha = (g[:, :, r] for g in gates)  # [B, H, 1, 1]
+        ns_step = mx.array(float(muon == "token" or t % size == size - 1), dtype=theta.dtype)
+        y, weights, mom = step(
+            base,
+            weights,
+            mom,
+            taps_k,
+            taps_v,
+            gamma,
+            theta,
+            eta,
+            alpha,
+            ns_step,
+            q[:, :, r : r + 1],
+        )
+        outputs.append(y)
+    end = state.position + length
+    new_state = MemoryState(
+        weights=weights,
+        momentum=mom,
+        base=base if end % size else None,
+        position=end,
+        halo_keys=last_tokens(state.halo_keys, k, window),
+        halo_values=last_tokens(state.halo_values, v, window),
+        chunk_size=size,
+        omega_window=window,
+    )
+    y = mx.concatenate(outputs, axis=2) if outputs else mx.zeros(v.shape, dtype=v.dtype)
+    return mx.swapaxes(y, 1, 2), new_state
