@@ -2,8 +2,8 @@
 final state and the gradients of every input (q, k, v, lr, momentum, decay, omega gate,
 initial weights, initial momentum).
 
-Without CUDA the kernels run in Triton's CPU interpreter: TRITON_INTERPRET=1 is set here,
-before triton is first imported (Triton reads it when a kernel is defined). The interpreter
+Without CUDA the kernels run in Triton's CPU interpreter: TRITON_INTERPRET=1 is set by
+tests/conftest.py, before anything imports triton (Triton reads it at import). The interpreter
 evaluates ``tl.dot`` with numpy in the operands' dtype, float64 included, so these tests hold
 the torch chunked form's float64 tolerance (1e-9) on the CPU, and float32 runs are compared
 with 1e-4 as in test_scan_parity. With CUDA the same tests run compiled on the GPU (float64
@@ -12,14 +12,13 @@ interpreter costs ~0.1 s per chunk and (batch, head), so the default cases are a
 of one or two heads; the wide sweep is marked slow.
 """
 
-import os
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
 import titans_atlas.ops.scan as scan_module
@@ -195,6 +194,7 @@ def test_unsupported_options_raise_naming_the_option(memory, option, match):
 
 def test_cpu_tensors_without_the_interpreter_raise(monkeypatch):
     monkeypatch.setattr(triton_scan, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_scan, "interpreter_requested", lambda: False)
     memory = MEMORIES["linear"]
     state = memory.initial_state(random_weights(memory, 2), 1)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
@@ -210,3 +210,96 @@ def test_triton_equals_reference_sweep(memory_id, chunk_size, length, read):
     memory, inputs, weights, momentum = case(memory_id, length, window=3, batch=2)
     check_parity(run_both(memory, inputs, weights, momentum, impls=BOTH, chunk_size=chunk_size,
                           read=read, omega_window=3))  # fmt: skip
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten operations that compute (views excluded): one kernel each on a GPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("memory_id", ["linear", "mlp"])
+def test_operations_do_not_grow_with_the_number_of_chunks(memory_id):
+    """The chunk loop is one kernel each way: 2 or 4 chunks cost the same operations (the
+    torch chunked form adds ~50 forward and ~140 backward per chunk for the MLP)."""
+    counts = []
+    for length in (8, 16):
+        memory, inputs, weights, momentum = case(memory_id, length, heads=1)
+        leaves = [*inputs.values(), *weights.values()]
+        for leaf in (x for x in leaves if x is not None):
+            leaf.requires_grad_(True)
+        state = replace(memory.initial_state(weights, 1), momentum=dict(momentum))
+        with _CountOps() as forward:
+            y, state = scan(memory, inputs, state, chunk_size=4, impl="triton")
+        with _CountOps() as backward:
+            probe_loss(y, state).backward()
+        counts.append((forward.count, backward.count))
+    assert counts[0] == counts[1]
+
+
+def _real_width_case(memory, window):
+    inputs = random_inputs(memory, 2, 200, 2, window, torch.float64)
+    weights = random_weights(memory, 2, torch.float64)
+    momentum = fresh_state(memory, weights, 2).momentum
+    leaves = [x for x in (*inputs.values(), *weights.values(), *momentum.values()) if x is not None]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+
+    def run(impl, device, dtype, **options):
+        cast = lambda d: {n: x if x is None else x.to(device, dtype) for n, x in d.items()}  # noqa: E731
+        state = replace(memory.initial_state(cast(weights), 2), momentum=cast(momentum))
+        options |= dict(chunk_size=64, omega_window=window)
+        y, final = scan(memory, cast(inputs), state, impl=impl, **options)
+        return y, final, gradients(probe_loss(y.cpu().double(), final.map_tensors(
+            lambda x: x.cpu().double())), leaves)  # fmt: skip
+
+    return run
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled kernels)")
+@pytest.mark.parametrize("window", [1, 4])
+@pytest.mark.parametrize("precision, rtol", [("ieee", 1e-3), ("tf32x3", 1e-3), ("tf32", 3e-2)])
+@pytest.mark.parametrize(
+    "memory",
+    [LinearMemory(dim_in=64, dim_out=64), MLPMemory(dim_in=64, dim_out=64, expansion=4)],
+    ids=["linear", "mlp"],
+)
+def test_cuda_float32_at_real_widths_matches_float64(memory, window, precision, rtol, monkeypatch):
+    """Head width 64, hidden 256, chunk 64, 200 tokens: compiled fp32 kernels against the
+    float64 torch chunked form (itself equal to the reference to 1e-9)."""
+    fused = partial(memory_scan_triton, precision=precision)
+    monkeypatch.setitem(scan_module.IMPLS, "triton-precision", fused)
+    run = _real_width_case(memory, window)
+    expected = run("chunk", "cpu", torch.float64)
+    actual = run("triton-precision", "cuda", torch.float32)
+    assert_close(actual[0].cpu().double(), expected[0], rtol, "y")
+    assert_states_close(actual[1].map_tensors(lambda x: x.cpu().double()), expected[1], rtol)
+    for i, (a, e) in enumerate(zip(actual[2], expected[2])):
+        assert_close(a, e, rtol, f"grad {i}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled kernels)")
+def test_cuda_kernel_launches_do_not_grow_with_length():
+    from torch.profiler import ProfilerActivity, profile
+
+    memory = MLPMemory(dim_in=64, dim_out=64, expansion=4)
+    weights = {n: w.cuda() for n, w in memory.init_weights(4).items()}
+    kernels = []
+    for length in (256, 1024):
+        inputs = {n: x if x is None else x.cuda() for n, x in
+                  random_inputs(memory, 2, length, 4, 1, torch.float32).items()}  # fmt: skip
+        state = memory.initial_state(weights, 2)
+        scan(memory, inputs, state, chunk_size=64, impl="triton")  # compile outside the count
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            scan(memory, inputs, state, chunk_size=64, impl="triton")
+            torch.cuda.synchronize()
+        kernels.append(sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events()))
+    assert kernels[0] == kernels[1] < 200

@@ -7,10 +7,28 @@ load and dropped on store, so padding never changes a result.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
 GELU, SILU = 0, 1  # activation codes passed as constexpr
+
+
+def interpreter_requested() -> bool:
+    """Whether ``triton.jit`` defines kernels for the CPU interpreter now (TRITON_INTERPRET)."""
+    try:
+        from triton import knobs
+    except ImportError:  # Triton < 3.4 reads the variable directly
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    return bool(knobs.runtime.interpret)
+
+
+def interpreting() -> bool:
+    """Whether triton.language itself runs in the interpreter: TRITON_INTERPRET=1 was set
+    before triton was first imported (its own jitted functions, ``tl.sum`` among them, are
+    defined at that import; torch imports triton too, e.g. with its flop counter)."""
+    return type(tl.sum).__name__ == "InterpretedFunction"
 
 
 def device_function(fn):
@@ -18,9 +36,7 @@ def device_function(fn):
     a plain Python function instead: the interpreter re-patches ``triton.language`` on every
     call of a jitted helper (milliseconds each), which dominated the test time; the body is
     the same code either way, and a compiled kernel inlines it."""
-    from triton import knobs
-
-    return fn if knobs.runtime.interpret else triton.jit(fn)
+    return fn if interpreter_requested() else triton.jit(fn)
 
 
 def block(size: int) -> int:

@@ -20,9 +20,12 @@ from ..coefficients import PlainCoefficients, plain_coefficients
 from ..memory_models import LinearMemory, MemoryModel, MLPMemory
 from ..scan_chunk import _grid_gates, _key_windows, _to_grid
 from ..state import MemoryState, last_tokens
+from ._tiles import interpreter_requested, interpreting
 from .autograd import ACTIVATION_CODES, LinearScan, MLPScan
 
-PRECISIONS = ("ieee", "tf32")
+# tl.dot input precision for float32: exact ("ieee", the default, as the torch form), three
+# TF32 products ("tf32x3", about float32 accuracy on tensor cores) or one ("tf32", ~1e-3).
+PRECISIONS = ("ieee", "tf32x3", "tf32")
 
 
 def check_supported(memory: MemoryModel, muon: str | None, device: torch.device, dtype) -> None:
@@ -44,18 +47,16 @@ def check_supported(memory: MemoryModel, muon: str | None, device: torch.device,
         )
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"impl='triton' computes in float32 or float64, got state dtype {dtype}")
+    if interpreter_requested() != interpreting():
+        raise RuntimeError(
+            "TRITON_INTERPRET changed after triton was first imported: set it before "
+            "anything imports triton (torch does, e.g. with its flop counter)"
+        )
     if device.type != "cuda" and not interpreting():
         raise ValueError(
             f"impl='triton' needs CUDA tensors (got device {device.type!r}); set "
-            "TRITON_INTERPRET=1 before importing titans_atlas.ops.triton to run it on the CPU"
+            "TRITON_INTERPRET=1 before triton is first imported to run it on the CPU"
         )
-
-
-def interpreting() -> bool:
-    """Whether the kernels were defined under Triton's CPU interpreter (TRITON_INTERPRET=1)."""
-    from triton import knobs
-
-    return bool(knobs.runtime.interpret)
 
 
 def _flat_coefficients(coef: PlainCoefficients) -> list[torch.Tensor]:
@@ -122,8 +123,8 @@ def memory_scan_triton(
     """Fused chunked dual form; same arguments and result as ``memory_scan_chunk``.
 
     ``checkpoint`` has no effect: the fused backward already recomputes every chunk from its
-    saved start state. ``precision`` is ``tl.dot``'s input precision for float32: "ieee"
-    (exact float32, the default, as the torch form) or "tf32" (tensor cores, ~1e-3 relative).
+    saved start state. ``precision`` is ``tl.dot``'s input precision for float32 (see
+    ``PRECISIONS``); float64 is always exact.
     """
     check_supported(memory, muon, q.device, next(iter(state.weights.values())).dtype)
     if precision not in PRECISIONS:
@@ -146,11 +147,10 @@ def memory_scan_triton(
     ]
     y, weights, moms, last_start = _fused_loop(memory, grids, coefs, state, precision)
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
-    unflat = (
-        lambda xs: {  # noqa: E731
-            name: x.view(batch, heads, *x.shape[1:]) for name, x in zip(memory.weight_shapes(), xs)
-        }
-    )
+
+    def unflat(flat: list[torch.Tensor]) -> dict[str, torch.Tensor]:  # [B*H, ...] -> [B, H, ...]
+        return {n: x.view(batch, heads, *x.shape[1:]) for n, x in zip(memory.weight_shapes(), flat)}
+
     end = state.position + length
     new_state = MemoryState(
         weights=unflat(weights),
