@@ -86,16 +86,22 @@ def launches(step, device: str) -> int:
     return sum(1 for e in prof.events() if e.device_type == kind)
 
 
-def register_triton() -> list[str]:
-    """Make ``memory_scan(impl="triton"...)`` resolve (until ops/scan.py dispatches to it)."""
+def register_triton(args) -> dict:
+    """Make ``memory_scan(impl="triton"...)`` resolve (until ops/scan.py dispatches to it) and
+    apply the launch configuration asked for."""
     import titans_atlas.ops.scan as scan_module
-    from titans_atlas.ops.triton import memory_scan_triton
+    from titans_atlas.ops.triton import autograd, memory_scan_triton
+
+    for name in ("hidden_tile", "num_warps", "num_stages"):
+        if getattr(args, name) is not None:
+            setattr(autograd, name.upper(), getattr(args, name))
 
     impls = getattr(scan_module, "IMPLS", None)
     if impls is not None:
         impls.setdefault("triton", memory_scan_triton)
         impls.setdefault("triton-tf32x3", partial(memory_scan_triton, precision="tf32x3"))
-    return ["triton", "triton-tf32x3"]
+    return dict(hidden_tile=autograd.HIDDEN_TILE, num_warps=autograd.NUM_WARPS,
+                num_stages=autograd.NUM_STAGES)  # fmt: skip
 
 
 def layer_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
@@ -243,27 +249,32 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (smoke test)")
     parser.add_argument("--dtypes", nargs="+", choices=tuple(DTYPES), default=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=None, help="untimed calls (2; tiny 1)")
+    parser.add_argument("--impls", nargs="+", default=["chunk", "triton", "triton-tf32x3"])
+    parser.add_argument("--hidden-tile", type=int, help="MLP kernels' hidden tile (default 64)")
+    parser.add_argument("--num-warps", type=int, help="warps per program (default 8)")
+    parser.add_argument("--num-stages", type=int, help="software pipelining (default 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu.json")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     shape = TINY if args.tiny else SHAPES
     args.repeats = args.repeats or (1 if args.tiny else 5)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 2)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as the torch form runs
 
     n = 256 if args.tiny else 8192
     peaks = {d: matmul_peak_tflops(DTYPES[d], args.device, n) for d in DTYPES}
     print(json.dumps({"device": args.device, "shape": shape, "peak_tflops": peaks}), flush=True)
-    impls = ["chunk", *register_triton()]
+    launch = register_triton(args)
     flops = {
         (dtype, mode): counted_flops(op_step("chunk", shape, dtype, mode, args.device))
         for dtype in args.dtypes
         for mode in ("fwd", "fwdbwd")
     }
     rows = []
-    for impl in impls:
+    for impl in args.impls:
         rows += measure(f"op {impl}", partial(op_step, impl), args, shape, flops)
-    for impl in impls:
+    for impl in args.impls:
         rows += measure(f"layer {impl}", partial(layer_step, impl), args, shape)
     try:
         import titans_pytorch  # noqa: F401
@@ -276,7 +287,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = dict(
         device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        torch=torch.__version__, shape=shape, peak_tflops=peaks, rows=rows,
+        torch=torch.__version__, shape=shape, launch=launch, peak_tflops=peaks, rows=rows,
     )  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1))
 

@@ -20,9 +20,17 @@ from .mlp import mlp_forward_kernel
 from .mlp_backward import mlp_backward_kernel
 
 ACTIVATION_CODES = {"gelu": GELU, "silu": SILU}
-# Hidden-width tile of the MLP kernels and warps per program: untuned defaults (docs/gpu.md).
+# Launch configuration, untuned (no GPU has run these kernels yet; docs/gpu.md): hidden-width
+# tile of the MLP kernels, warps per program, and no software pipelining (a chunk step holds
+# dozens of dots; pipelining their loads could exceed shared memory). benchmarks/gpu.py
+# sweeps them (--hidden-tile, --num-warps, --num-stages).
 HIDDEN_TILE = 64
 NUM_WARPS = 8
+NUM_STAGES = 1
+
+
+def _launch() -> dict:
+    return dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 
 def _zeros_if_none(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -61,7 +69,7 @@ class LinearScan(torch.autograd.Function):
         sizes = _blocks(q, k, v)
         linear_forward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base, y, w_states, s_states,
-            chunks, **sizes, SAVE=save, PREC=precision, num_warps=NUM_WARPS,
+            chunks, **sizes, SAVE=save, PREC=precision, **_launch(),
         )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
@@ -82,7 +90,7 @@ class LinearScan(torch.autograd.Function):
         linear_backward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states,
             g_y, g_w_end, g_s_end, g_w_last, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base,
-            chunks, **_blocks(q, k, v), PREC=ctx.precision, num_warps=NUM_WARPS,
+            chunks, **_blocks(q, k, v), PREC=ctx.precision, **_launch(),
         )  # fmt: skip
         return None, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base
 
@@ -103,7 +111,7 @@ class MLPScan(torch.autograd.Function):
         mlp_forward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, y, *states,
             chunks, **sizes, ACT=act, RESIDUAL=residual, SAVE=save, PREC=precision,
-            num_warps=NUM_WARPS,
+            **_launch(),
         )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
@@ -134,7 +142,7 @@ class MLPScan(torch.autograd.Function):
         mlp_backward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states, g_y, *incoming,
             g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch,
-            chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision, num_warps=NUM_WARPS,
+            chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision, **_launch(),
         )  # fmt: skip
         g_w1, g_s1, g_w2, g_s2 = (x[:, 0] for x in g_slots)  # chunk 0's start-state gradient
         return None, g_q, g_k, g_v, *g_coef, g_w1, g_s1, g_w2, g_s2, g_b1, g_b2
