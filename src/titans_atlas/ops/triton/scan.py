@@ -5,8 +5,8 @@ Same arguments and result as ``memory_scan_chunk`` (inputs validated, state prep
 the compute dtype by ``memory_scan``). The gate-only work (log-space coefficient matrices,
 Omega band, read "before" shift) is the torch form's own ``plain_coefficients``: a fixed
 number of batched launches whatever the length, differentiated by autograd. The sequential
-chunk loop -- where the torch form issues ~48 launches per chunk -- is one kernel forward and
-one backward (docs/gpu.md).
+chunk loop -- where the torch form issues ~50 launches per chunk forward and ~140 backward
+for the MLP memory -- is one kernel forward and one backward (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -95,6 +95,17 @@ def _fused_loop(memory, grids, coefs, state, precision):
     return y, [w1, w2], [s1, s2], [last1, last2]
 
 
+def _chunk_grids(q, k, v, state: MemoryState, left: int, right: int, size: int) -> list:
+    """q ``[B, H, T, Dk]`` -> ``[B*H, N, C, Dk]``; k, v and the Omega halo -> ``[B*H, N, U, D]``
+    (contiguous, as the kernels index them)."""
+    grids = (
+        _to_grid(q, left, right, size),
+        _key_windows(k, state.halo_keys, left, right, size),
+        _key_windows(v, state.halo_values, left, right, size),
+    )
+    return [rearrange(x, "b h n r d -> (b h) n r d").contiguous() for x in grids]
+
+
 def _next_base(state: MemoryState, inside: int, num_chunks: int, last_start: dict):
     """The base weights the next call needs: none at a chunk boundary, else the last chunk's
     start weights (the incoming base when this call stayed inside one chunk)."""
@@ -126,9 +137,11 @@ def memory_scan_triton(
     saved start state. ``precision`` is ``tl.dot``'s input precision for float32 (see
     ``PRECISIONS``); float64 is always exact.
     """
-    check_supported(memory, muon, q.device, next(iter(state.weights.values())).dtype)
+    dtype = next(iter(state.weights.values())).dtype
+    check_supported(memory, muon, q.device, dtype)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
     batch, length, heads = q.shape[:3]
     size, window = chunk_size, omega_window
     left = state.position % size
@@ -137,14 +150,7 @@ def memory_scan_triton(
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
     gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
     coefs = _flat_coefficients(plain_coefficients(gates, read))
-    grids = [
-        rearrange(x, "b h n r d -> (b h) n r d").contiguous()  # r: C rows or U key columns
-        for x in (
-            _to_grid(q, left, right, size),
-            _key_windows(k, state.halo_keys, left, right, size),
-            _key_windows(v, state.halo_values, left, right, size),
-        )
-    ]
+    grids = _chunk_grids(q, k, v, state, left, right, size)
     y, weights, moms, last_start = _fused_loop(memory, grids, coefs, state, precision)
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
 
