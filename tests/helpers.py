@@ -111,14 +111,17 @@ def assert_states_close(actual, expected, rtol=1e-9):
         assert_close(actual.momentum[name], expected.momentum[name], rtol, f"momentum[{name}]")
 
 
-def run_both(memory, inputs, weights, init_momentum, state_fn=None, **kwargs):
-    """Run reference and chunk from the same leaves; return (outputs, states, grads) pairs."""
+def run_both(
+    memory, inputs, weights, init_momentum, state_fn=None, impls=("reference", "chunk"), **kwargs
+):
+    """Run two implementations (reference and chunk unless ``impls`` says otherwise) from the
+    same leaves; return (outputs, states, grads) pairs."""
     leaves = [x for x in (inputs[n] for n in INPUT_NAMES) if x is not None]
     leaves += list(weights.values()) + list(init_momentum.values())
     for leaf in leaves:
         leaf.requires_grad_(True)
     results = []
-    for impl in ("reference", "chunk"):
+    for impl in impls:
         batch = inputs["q"].shape[0]
         state = memory.initial_state(weights, batch)
         state.momentum = dict(init_momentum)

@@ -1,0 +1,243 @@
+"""Hand-written backward of the fused MLP chunk loop (forward and notation: mlp.py).
+
+The chunks are walked in reverse. The gradient of a chunk's end state (W1', S1', W2', S2')
+comes in through one of a ping-pong pair of state-sized slots; the gradient of its start
+state goes out through the other. Per chunk, from the saved start state, four passes over
+the hidden tiles recompute what they need (nothing per token is stored):
+
+    1. D2 (needs all tiles), and H gW2', H gS2' (the end-state terms of D2's gradient)
+    2. Hq H^T, Hq W2, Hq S2 (need all tiles): the layer-2 read's gradient
+    3. per tile: layer-1 read and end-state gradients, gD1 and its share of gD2; the
+       start-state gradient; the part of gZ known so far and gP (to two scratch tiles)
+    4. per tile, now that gD2 is complete: gZ, the base-weight gradients gB1, gB2, and gk
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._tiles import (
+    activation,
+    device_function,
+    load_chunk_coefficients,
+    load_tile,
+    store_chunk_coefficient_grads,
+    store_tile,
+)
+from .mlp import base_tiles, copy_state, factor_tile, read_tile
+
+
+@device_function
+def _output_error(kn, vn, b1, b2, w1, w2, gw2, gs2, n, dk, dv, DK, DH, DV, NT,
+                  BU: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+                  ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """Pass 1: D2 ``[U, Dv]``, and H gW2', H gS2' for the incoming end-state gradients."""
+    out = tl.zeros([BU, BV], dtype=kn.dtype)
+    h_gw2 = tl.zeros([BU, BV], dtype=kn.dtype)
+    h_gs2 = tl.zeros([BU, BV], dtype=kn.dtype)
+    for t in range(NT):
+        hid = t * BT + tl.arange(0, BT)
+        b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
+        h, _, _ = activation(tl.dot(kn, b1_t, input_precision=PREC), ACT)
+        out += tl.dot(h, b2_t, input_precision=PREC)
+        h_gw2 += tl.dot(h, load_tile(gw2, hid, dv, DH, DV, DV), input_precision=PREC)
+        h_gs2 += tl.dot(h, load_tile(gs2, hid, dv, DH, DV, DV), input_precision=PREC)
+    if RESIDUAL:
+        out += kn
+    return out - vn, h_gw2, h_gs2
+
+
+@device_function
+def _layer2_read(qn, kn, delta2, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk, dv,
+                 DK, DH, DV, NT, BC: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr,
+                 BV: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """Pass 2: Hq H^T ``[C, U]``, Hq W2 and Hq S2 ``[C, Dv]``."""
+    hh = tl.zeros([BC, BU], dtype=qn.dtype)
+    hq_w2 = tl.zeros([BC, BV], dtype=qn.dtype)
+    hq_s2 = tl.zeros([BC, BV], dtype=qn.dtype)
+    for t in range(NT):
+        hid = t * BT + tl.arange(0, BT)
+        b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
+        _, h, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+        w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
+        _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, rd, rm, ACT, PREC)
+        hh += tl.dot(hq, tl.trans(h), input_precision=PREC)
+        hq_w2 += tl.dot(hq, load_tile(w2, hid, dv, DH, DV, DV), input_precision=PREC)
+        hq_s2 += tl.dot(hq, load_tile(s2, hid, dv, DH, DV, DV), input_precision=PREC)
+    return hh, hq_w2, hq_s2
+
+
+@device_function
+def _base_gradients(kn, delta2, g_delta2, b1, b2, w1, w2, gz_part, gp, gw1, gw2, gb1, gb2,
+                    n, dk, dv, DK, DH, DV, DHP, NT, BU: tl.constexpr, BK: tl.constexpr,
+                    BT: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    """Pass 4: gZ from the scratch part and the complete gD2; add gB1, gB2 to the start-state
+    gradient (chunk n > 0, whose base is its start) or write them out (chunk 0). Returns
+    chunk n's gk share gZ B1^T."""
+    u = tl.arange(0, BU)
+    later_k, later_h = tl.where(n > 0, DK, 0), tl.where(n > 0, DH, 0)
+    first_k, first_h = DK - later_k, DH - later_h
+    g_k = tl.zeros([BU, BK], dtype=kn.dtype)
+    for t in range(NT):
+        hid = t * BT + tl.arange(0, BT)
+        b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
+        h, dh, _ = activation(tl.dot(kn, b1_t, input_precision=PREC), ACT)
+        g_z = load_tile(gz_part, u, hid, BU, DHP, DHP)
+        g_z += tl.dot(g_delta2, tl.trans(b2_t), input_precision=PREC) * dh
+        g_p = load_tile(gp, u, hid, BU, DHP, DHP)
+        g_k += tl.dot(g_z, tl.trans(b1_t), input_precision=PREC)
+        g_b1 = tl.dot(tl.trans(kn), g_z, input_precision=PREC)
+        g_b2 = tl.dot(tl.trans(g_p), delta2, input_precision=PREC)
+        g_b2 += tl.dot(tl.trans(h), g_delta2, input_precision=PREC)
+        g_w1 = load_tile(gw1, dk, hid, later_k, DH, DH) + g_b1
+        g_w2 = load_tile(gw2, hid, dv, later_h, DV, DV) + g_b2
+        store_tile(gw1, g_w1, dk, hid, later_k, DH, DH)
+        store_tile(gw2, g_w2, hid, dv, later_h, DV, DV)
+        store_tile(gb1, g_b1, dk, hid, first_k, DH, DH)
+        store_tile(gb2, g_b2, hid, dv, first_h, DV, DV)
+    return g_k
+
+
+@triton.jit
+def mlp_backward_kernel(
+    q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, w1_st, s1_st, w2_st, s2_st,
+    gy, gw1_end, gs1_end, gw2_end, gs2_end, gw1_last, gw2_last,  # incoming gradients
+    gq, gk, gv, grd, grm, grg, ged, gem, geg, gmd, gmg,  # gradients of the chunk grid
+    gw1_st, gs1_st, gw2_st, gs2_st, gb1, gb2,  # state gradient slots [G, 2, ...], base grads
+    scratch_z, scratch_p,  # [G, BU, DHP] per-program scratch between passes 3 and 4
+    N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DH: tl.constexpr, DV: tl.constexpr,
+    BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    bh = tl.program_id(0).to(tl.int64)
+    nt = tl.cdiv(DH, BT)
+    dhp = nt * BT
+    i, u, dk, dv = tl.arange(0, BC), tl.arange(0, BU), tl.arange(0, BK), tl.arange(0, BV)
+    sz1, sz2 = DK * DH, DH * DV
+    b1, b2, gb1, gb2 = b1 + bh * sz1, b2 + bh * sz2, gb1 + bh * sz1, gb2 + bh * sz2
+    gw1_last, gw2_last = gw1_last + bh * sz1, gw2_last + bh * sz2
+    scratch_z, scratch_p = scratch_z + bh * BU * dhp, scratch_p + bh * BU * dhp
+    end = bh * 2 + N % 2  # the slot chunk N - 1 reads its end-state gradient from
+    copy_state(gw1_end + bh * sz1, gw1_st + end * sz1, DK, DH, nt, BK, BT, False)
+    copy_state(gs1_end + bh * sz1, gs1_st + end * sz1, DK, DH, nt, BK, BT, False)
+    copy_state(gw2_end + bh * sz2, gw2_st + end * sz2, DH, DV, nt, BT, BV, True)
+    copy_state(gs2_end + bh * sz2, gs2_st + end * sz2, DH, DV, nt, BT, BV, True)
+    tl.debug_barrier()
+    for rev in range(N):
+        n = N - 1 - rev
+        cn = bh * N + n
+        cur, gin, gout = bh * (N + 1) + n, bh * 2 + (n + 1) % 2, bh * 2 + n % 2
+        w1, s1, w2, s2 = w1_st + cur * sz1, s1_st + cur * sz1, w2_st + cur * sz2, s2_st + cur * sz2
+        gi_w1, gi_s1 = gw1_st + gin * sz1, gs1_st + gin * sz1
+        gi_w2, gi_s2 = gw2_st + gin * sz2, gs2_st + gin * sz2
+        go_w1, go_s1 = gw1_st + gout * sz1, gs1_st + gout * sz1
+        go_w2, go_s2 = gw2_st + gout * sz2, gs2_st + gout * sz2
+        qn = load_tile(q + cn * C * DK, i, dk, C, DK, DK)
+        kn = load_tile(k + cn * U * DK, u, dk, U, DK, DK)
+        vn = load_tile(v + cn * U * DV, u, dv, U, DV, DV)
+        g_out = load_tile(gy + cn * C * DV, i, dv, C, DV, DV)
+        read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
+            load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
+        )
+        end_decay, end_momentum, momentum_decay = scalars
+        qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
+        scores1 = read_grad * qk
+        delta2, h_gw2, h_gs2 = _output_error(
+            kn, vn, b1, b2, w1, w2, gi_w2, gi_s2, n, dk, dv, DK, DH, DV, nt,
+            BU, BT, BV, ACT, RESIDUAL, PREC,
+        )  # fmt: skip
+        g_delta2 = -end_grad[:, None] * h_gw2 - momentum_grad[:, None] * h_gs2
+        g_eg = -tl.sum(h_gw2 * delta2, axis=1)
+        g_mg = -tl.sum(h_gs2 * delta2, axis=1)
+        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scores1, read_decay, read_momentum,
+                                        b1, b2, w1, s1, w2, s2, n, dk, dv, DK, DH, DV, nt,
+                                        BC, BU, BT, BV, ACT, PREC)  # fmt: skip
+        g_scores2 = -tl.dot(g_out, tl.trans(delta2), input_precision=PREC)  # [C, U]
+        g_rg = g_scores2 * hh
+        g_hh = g_scores2 * read_grad
+        g_delta2 -= tl.dot(tl.trans(read_grad * hh), g_out, input_precision=PREC)
+        g_rd = tl.sum(g_out * hq_w2, axis=1)
+        g_rm = tl.sum(g_out * hq_s2, axis=1)
+        g_q = tl.zeros([BC, BK], dtype=qn.dtype)
+        if RESIDUAL:
+            g_q += g_out
+        g_scores1 = tl.zeros([BC, BU], dtype=qn.dtype)
+        g_k = tl.zeros([BU, BK], dtype=qn.dtype)
+        g_ed = tl.zeros([BT], dtype=qn.dtype)  # per hidden unit; summed after the loop
+        g_em = tl.zeros([BT], dtype=qn.dtype)
+        g_md = tl.zeros([BT], dtype=qn.dtype)
+        last_k, last_h = tl.where(n == N - 1, DK, 0), tl.where(n == N - 1, DH, 0)
+        for t in range(nt):  # pass 3
+            hid = t * BT + tl.arange(0, BT)
+            b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
+            _, h, dh, ddh, p, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+            w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
+            w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
+            qw, qs, hq, dhq = read_tile(qn, scores1, d1, w1_t, s1_t, read_decay, read_momentum,
+                                        ACT, PREC)  # fmt: skip
+            gi_w1_t = load_tile(gi_w1, dk, hid, DK, DH, DH)
+            gi_s1_t = load_tile(gi_s1, dk, hid, DK, DH, DH)
+            gi_w2_t = load_tile(gi_w2, hid, dv, DH, DV, DV)
+            gi_s2_t = load_tile(gi_s2, hid, dv, DH, DV, DV)
+            # layer-2 read -> layer-1 read
+            g_hq = read_decay[:, None] * tl.dot(g_out, tl.trans(w2_t), input_precision=PREC)
+            g_hq += read_momentum[:, None] * tl.dot(g_out, tl.trans(s2_t), input_precision=PREC)
+            g_hq += tl.dot(g_hh, h, input_precision=PREC)
+            g_zq = g_hq * dhq
+            g_rd += tl.sum(g_zq * qw, axis=1)
+            g_rm += tl.sum(g_zq * qs, axis=1)
+            g_q += read_decay[:, None] * tl.dot(g_zq, tl.trans(w1_t), input_precision=PREC)
+            g_q += read_momentum[:, None] * tl.dot(g_zq, tl.trans(s1_t), input_precision=PREC)
+            g_scores1 -= tl.dot(g_zq, tl.trans(d1), input_precision=PREC)
+            # D1's gradient: layer-1 read and end state
+            k_gw1 = tl.dot(kn, gi_w1_t, input_precision=PREC)
+            k_gs1 = tl.dot(kn, gi_s1_t, input_precision=PREC)
+            g_d1 = -tl.dot(tl.trans(scores1), g_zq, input_precision=PREC)
+            g_d1 -= end_grad[:, None] * k_gw1 + momentum_grad[:, None] * k_gs1
+            g_eg -= tl.sum(k_gw1 * d1, axis=1)
+            g_mg -= tl.sum(k_gs1 * d1, axis=1)
+            g_k -= tl.dot(end_grad[:, None] * d1, tl.trans(gi_w1_t), input_precision=PREC)
+            g_k -= tl.dot(momentum_grad[:, None] * d1, tl.trans(gi_s1_t), input_precision=PREC)
+            g_p = g_d1 * dh
+            g_delta2 += tl.dot(g_p, b2_t, input_precision=PREC)
+            # gZ without its gD2 B2^T term (pass 4 adds it once gD2 is complete)
+            g_h = tl.dot(tl.trans(g_hh), hq, input_precision=PREC)
+            g_h -= tl.dot(end_grad[:, None] * delta2, tl.trans(gi_w2_t), input_precision=PREC)
+            g_h -= tl.dot(momentum_grad[:, None] * delta2, tl.trans(gi_s2_t), input_precision=PREC)
+            store_tile(scratch_z, g_h * dh + g_d1 * p * ddh, u, hid, BU, dhp, dhp)
+            store_tile(scratch_p, g_p, u, hid, BU, dhp, dhp)
+            # start-state gradient (the last chunk's start weights are an output too)
+            g_w1 = end_decay * gi_w1_t + load_tile(gw1_last, dk, hid, last_k, DH, DH)
+            g_w1 += tl.dot(tl.trans(qn), read_decay[:, None] * g_zq, input_precision=PREC)
+            g_s1 = end_momentum * gi_w1_t + momentum_decay * gi_s1_t
+            g_s1 += tl.dot(tl.trans(qn), read_momentum[:, None] * g_zq, input_precision=PREC)
+            g_w2 = end_decay * gi_w2_t + load_tile(gw2_last, hid, dv, last_h, DV, DV)
+            g_w2 += tl.dot(tl.trans(hq), read_decay[:, None] * g_out, input_precision=PREC)
+            g_s2 = end_momentum * gi_w2_t + momentum_decay * gi_s2_t
+            g_s2 += tl.dot(tl.trans(hq), read_momentum[:, None] * g_out, input_precision=PREC)
+            store_tile(go_w1, g_w1, dk, hid, DK, DH, DH)
+            store_tile(go_s1, g_s1, dk, hid, DK, DH, DH)
+            store_tile(go_w2, g_w2, hid, dv, DH, DV, DV)
+            store_tile(go_s2, g_s2, hid, dv, DH, DV, DV)
+            g_ed += tl.sum(gi_w1_t * w1_t, axis=0) + tl.sum(gi_w2_t * w2_t, axis=1)
+            g_em += tl.sum(gi_w1_t * s1_t, axis=0) + tl.sum(gi_w2_t * s2_t, axis=1)
+            g_md += tl.sum(gi_s1_t * s1_t, axis=0) + tl.sum(gi_s2_t * s2_t, axis=1)
+        g_rg += g_scores1 * qk
+        g_qk = g_scores1 * read_grad
+        g_q += tl.dot(g_qk, kn, input_precision=PREC)
+        g_k += tl.dot(tl.trans(g_qk), qn, input_precision=PREC)
+        if RESIDUAL:
+            g_k += g_delta2
+        tl.debug_barrier()  # pass 4 reads the scratch and start-gradient tiles of pass 3
+        g_k += _base_gradients(kn, delta2, g_delta2, b1, b2, w1, w2, scratch_z, scratch_p,
+                               go_w1, go_w2, gb1, gb2, n, dk, dv, DK, DH, DV, dhp, nt,
+                               BU, BK, BT, ACT, PREC)  # fmt: skip
+        store_tile(gq + cn * C * DK, g_q, i, dk, C, DK, DK)
+        store_tile(gk + cn * U * DK, g_k, u, dk, U, DK, DK)
+        store_tile(gv + cn * U * DV, -g_delta2, u, dv, U, DV, DV)
+        store_chunk_coefficient_grads(
+            grd, grm, grg, ged, gem, geg, gmd, gmg, cn, C, U, g_rd, g_rm, g_rg,
+            tl.sum(g_ed), tl.sum(g_em), g_eg, tl.sum(g_md), g_mg, BC, BU,
+        )  # fmt: skip
+        tl.debug_barrier()  # chunk n - 1 reads this chunk's start-state gradient slot

@@ -1,0 +1,171 @@
+"""``memory_scan_triton``: the chunked dual form with the chunk loop fused into Triton kernels.
+
+Axes: B batch, T tokens, H heads, Dk/Dv key/value width, N chunks, C chunk size, U = C + c - 1.
+Same arguments and result as ``memory_scan_chunk`` (inputs validated, state prepared and in
+the compute dtype by ``memory_scan``). The gate-only work (log-space coefficient matrices,
+Omega band, read "before" shift) is the torch form's own ``plain_coefficients``: a fixed
+number of batched launches whatever the length, differentiated by autograd. The sequential
+chunk loop -- where the torch form issues ~50 launches per chunk forward and ~140 backward
+for the MLP memory -- is one kernel forward and one backward (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+
+from ..coefficients import PlainCoefficients, plain_coefficients
+from ..memory_models import LinearMemory, MemoryModel, MLPMemory
+from ..scan_chunk import _grid_gates, _key_windows, _to_grid
+from ..state import MemoryState, last_tokens
+from ._tiles import interpreter_requested, interpreting
+from .autograd import ACTIVATION_CODES, LinearScan, MLPScan
+
+# tl.dot input precision for float32: exact ("ieee", the default, as the torch form), three
+# TF32 products ("tf32x3", about float32 accuracy on tensor cores) or one ("tf32", ~1e-3).
+PRECISIONS = ("ieee", "tf32x3", "tf32")
+
+
+def check_supported(memory: MemoryModel, muon: str | None, device: torch.device, dtype) -> None:
+    """Raise ValueError naming the option the fused kernels do not implement."""
+    if muon is not None:
+        raise ValueError(
+            f"impl='triton' implements the Titans momentum rule only, got muon={muon!r} "
+            "(use impl='chunk' for Muon)"
+        )
+    if isinstance(memory, MLPMemory):
+        if memory.depth != 2:
+            raise ValueError(f"impl='triton' supports MLPMemory depth 2, got depth={memory.depth}")
+        if memory.activation not in ACTIVATION_CODES:
+            raise ValueError(f"impl='triton' has no activation {memory.activation!r}")
+    elif not isinstance(memory, LinearMemory):
+        raise ValueError(
+            "impl='triton' supports LinearMemory and MLPMemory (depth 2), "
+            f"got memory={type(memory).__name__} (use impl='chunk')"
+        )
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"impl='triton' computes in float32 or float64, got state dtype {dtype}")
+    if interpreter_requested() != interpreting():
+        raise RuntimeError(
+            "TRITON_INTERPRET changed after triton was first imported: set it before "
+            "anything imports triton (torch does, e.g. with its flop counter)"
+        )
+    if device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"impl='triton' needs CUDA tensors (got device {device.type!r}); set "
+            "TRITON_INTERPRET=1 before triton is first imported to run it on the CPU"
+        )
+
+
+def _flat_coefficients(coef: PlainCoefficients) -> list[torch.Tensor]:
+    """The 8 coefficient fields ``[B, H, N, ...]`` -> contiguous ``[B*H, N, ...]``, in the
+    kernels' order."""
+    fields = (
+        coef.read_decay, coef.read_momentum, coef.read_grad, coef.end_decay,
+        coef.end_momentum, coef.end_grad, coef.momentum_decay, coef.momentum_grad,
+    )  # fmt: skip
+    return [x.reshape(-1, *x.shape[2:]).contiguous() for x in fields]
+
+
+def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
+    """``[B, H, d_in, d_out]`` per name -> contiguous ``[B*H, d_in, d_out]``."""
+    return [tensors[name].reshape(-1, *tensors[name].shape[2:]).contiguous() for name in names]
+
+
+def _fused_loop(memory, grids, coefs, state, precision):
+    """Run the fused kernels; return y ``[B*H, N, C, Dv]``, the end weights and momentum, and
+    the start weights of the last chunk (lists in ``weight_shapes`` order, ``[B*H, ...]``)."""
+    names = list(memory.weight_shapes())
+    weights = _flat_state(state.weights, names)
+    momentum = _flat_state(state.momentum, names)
+    base = _flat_state(state.chunk_base(), names)
+    tensors = [*grids, *coefs, *weights, *momentum, *base]
+    save = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    if isinstance(memory, LinearMemory):
+        y, w, s, last = LinearScan.apply(
+            (precision, save), *grids, *coefs, weights[0], momentum[0], base[0]
+        )
+        return y, [w], [s], [last]
+    options = (precision, ACTIVATION_CODES[memory.activation], memory.residual, save)
+    y, w1, s1, w2, s2, last1, last2 = MLPScan.apply(
+        options, *grids, *coefs, weights[0], momentum[0], weights[1], momentum[1], *base
+    )
+    return y, [w1, w2], [s1, s2], [last1, last2]
+
+
+def _chunk_grids(q, k, v, state: MemoryState, left: int, right: int, size: int) -> list:
+    """q ``[B, H, T, Dk]`` -> ``[B*H, N, C, Dk]``; k, v and the Omega halo -> ``[B*H, N, U, D]``
+    (contiguous, as the kernels index them)."""
+    grids = (
+        _to_grid(q, left, right, size),
+        _key_windows(k, state.halo_keys, left, right, size),
+        _key_windows(v, state.halo_values, left, right, size),
+    )
+    return [rearrange(x, "b h n r d -> (b h) n r d").contiguous() for x in grids]
+
+
+def _next_base(state: MemoryState, inside: int, num_chunks: int, last_start: dict):
+    """The base weights the next call needs: none at a chunk boundary, else the last chunk's
+    start weights (the incoming base when this call stayed inside one chunk)."""
+    if not inside:
+        return None
+    return state.chunk_base() if num_chunks == 1 else last_start
+
+
+def memory_scan_triton(
+    memory: MemoryModel,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lr: torch.Tensor,
+    momentum: torch.Tensor,
+    decay: torch.Tensor,
+    state: MemoryState,
+    chunk_size: int,
+    omega_window: int,
+    omega_gate: torch.Tensor | None,
+    muon: str | None,
+    read: str,
+    checkpoint: bool,
+    precision: str = "ieee",
+) -> tuple[torch.Tensor, MemoryState]:
+    """Fused chunked dual form; same arguments and result as ``memory_scan_chunk``.
+
+    ``checkpoint`` has no effect: the fused backward already recomputes every chunk from its
+    saved start state. ``precision`` is ``tl.dot``'s input precision for float32 (see
+    ``PRECISIONS``); float64 is always exact.
+    """
+    dtype = next(iter(state.weights.values())).dtype
+    check_supported(memory, muon, q.device, dtype)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
+    batch, length, heads = q.shape[:3]
+    size, window = chunk_size, omega_window
+    left = state.position % size
+    num_chunks = math.ceil((left + length) / size)
+    right = num_chunks * size - left - length
+    q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
+    gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
+    coefs = _flat_coefficients(plain_coefficients(gates, read))
+    grids = _chunk_grids(q, k, v, state, left, right, size)
+    y, weights, moms, last_start = _fused_loop(memory, grids, coefs, state, precision)
+    y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
+
+    def unflat(flat: list[torch.Tensor]) -> dict[str, torch.Tensor]:  # [B*H, ...] -> [B, H, ...]
+        return {n: x.view(batch, heads, *x.shape[1:]) for n, x in zip(memory.weight_shapes(), flat)}
+
+    end = state.position + length
+    new_state = MemoryState(
+        weights=unflat(weights),
+        momentum=unflat(moms),
+        base=_next_base(state, end % size, num_chunks, unflat(last_start)),
+        position=end,
+        halo_keys=last_tokens(state.halo_keys, k, window),
+        halo_values=last_tokens(state.halo_values, v, window),
+        chunk_size=size,
+        omega_window=window,
+    )
+    return y, new_state
