@@ -344,25 +344,39 @@ def test_fsdp_on_one_gpu_matches_one_gpu(tmp_path, mode):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_two_gpus_over_nccl_match_one_gpu(tmp_path):
     """DDP and FSDP2 on 2 GPUs (NCCL, bf16 autocast) against 1 GPU with the global batch; a
-    sharded checkpoint resumed on 1 GPU."""
+    1-GPU checkpoint resumed on 2 GPUs and a sharded one resumed on 1 GPU."""
     gpu = {"train.device": "cuda", "train.precision": "bf16"}
+    runs = (("ddp", "packed"), ("fsdp", "stream"), ("fsdp", "packed"))
+    reference = {}
+    for mode in MODES:
+        extra = {**gpu, "train.batch_size": ROWS}
+        one = build_config("debug", overrides={**QUIET, **settings(tmp_path / mode, mode, extra)})
+        reference[mode] = train(one).losses
     jobs = []
-    for strategy, mode in (("ddp", "packed"), ("fsdp", "stream"), ("fsdp", "packed")):
+    for strategy, mode in runs:
         extra = {**gpu, "train.strategy": strategy, "train.batch_size": ROWS // 2}
         name = f"{strategy}_{mode}"
         jobs.append({"name": name, "overrides": settings(tmp_path / name, mode, extra)})
+    extra = {**gpu, "train.strategy": "fsdp", "train.batch_size": ROWS // 2}
+    jobs.append({"name": "from_1", "overrides": settings(tmp_path / "from_1", "stream", extra),
+                 "resume": step5(tmp_path / "stream")})  # fmt: skip
     done = torchrun({"results": str(tmp_path), "jobs": jobs, "backend": "nccl"}, tmp_path, 900)
     assert done.returncode == 0, done.stderr[-6000:]
-    for strategy, mode in (("ddp", "packed"), ("fsdp", "stream"), ("fsdp", "packed")):
-        extra = {**gpu, "train.batch_size": ROWS}
-        one = build_config("debug", overrides={**QUIET, **settings(tmp_path / mode, mode, extra)})
-        reference = train(one).losses
-        losses = json.loads((tmp_path / f"{strategy}_{mode}.json").read_text())["losses"]
+
+    def losses(name: str) -> dict[int, float]:
+        record = json.loads((tmp_path / f"{name}.json").read_text())["losses"]
+        return {int(k): v for k, v in record.items()}
+
+    for strategy, mode in runs:
         for step in range(1, STEPS + 1):
-            assert abs(losses[str(step)] - reference[step]) < TOL_BF16, (strategy, mode, step)
-    resumed = build_config("debug", overrides={**QUIET, **settings(tmp_path / "r", "stream", {
-        **gpu, "train.batch_size": ROWS})})  # fmt: skip
-    after = train(resumed, resume=step5(tmp_path / "fsdp_stream")).losses
-    uninterrupted = json.loads((tmp_path / "fsdp_stream.json").read_text())["losses"]
+            got, want = losses(f"{strategy}_{mode}")[step], reference[mode][step]
+            assert abs(got - want) < TOL_BF16, (strategy, mode, step, got, want)
     for step in range(6, STEPS + 1):
-        assert abs(after[step] - uninterrupted[str(step)]) < TOL_BF16
+        assert abs(losses("from_1")[step] - reference["stream"][step]) < TOL_BF16
+    extra = {**gpu, "train.batch_size": ROWS}
+    resumed = build_config(
+        "debug", overrides={**QUIET, **settings(tmp_path / "r", "stream", extra)}
+    )
+    after = train(resumed, resume=step5(tmp_path / "fsdp_stream")).losses
+    for step in range(6, STEPS + 1):
+        assert abs(after[step] - losses("fsdp_stream")[step]) < TOL_BF16

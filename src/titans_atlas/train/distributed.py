@@ -79,8 +79,8 @@ class Parallel:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index] if self.device.type == "cuda" else None
-            # In stream mode a rank whose rows all continue their streams never reads the
-            # memory's initial weights: those steps leave them without a gradient. Gradients
+            # Stream mode: a rank whose rows all continue their streams does not read the
+            # memory's initial weights, so DDP must look for unused parameters. Gradients
             # live in DDP's buckets (no second copy: 16 bytes per parameter with AdamW).
             return DistributedDataParallel(
                 model, device_ids=ids, find_unused_parameters=stream, gradient_as_bucket_view=True
@@ -117,8 +117,14 @@ class Parallel:
         yield
 
     # -- agreement between ranks ----------------------------------------------------------------
-    def all_sum(self, values: list[float], *, op: str = "sum") -> list[float]:
-        """Element-wise sums (or maxima, ``op="max"``) over the ranks, in float64."""
+    def all_sum(self, values: list[float]) -> list[float]:
+        """Element-wise sums over the ranks, in float64."""
+        return self._all_reduce(values, "sum")
+
+    def all_max(self, values: list[float]) -> list[float]:
+        return self._all_reduce(values, "max")
+
+    def _all_reduce(self, values: list[float], op: str) -> list[float]:
         if not self.distributed:
             return list(values)
         import torch.distributed as dist
@@ -144,7 +150,7 @@ class Parallel:
         """A stop signal seen by any rank stops every rank after the same step."""
         if not self.distributed:
             return name
-        code = int(self.all_sum([float(SIGNAL_CODES[name])], op="max")[0])
+        code = int(self.all_max([float(SIGNAL_CODES[name])])[0])
         return {c: n for n, c in SIGNAL_CODES.items()}[code]
 
     def gather_json(self, obj: Any) -> list[Any]:
