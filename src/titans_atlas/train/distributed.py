@@ -207,6 +207,7 @@ def setup_parallel(config: TrainConfig) -> Parallel:
                 "use train.strategy=ddp or fsdp"
             )
         return Parallel()
+    _check_torch()
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if launched() else 0
     device = _rank_device(config, local_rank, world)
     import torch.distributed as dist
@@ -224,6 +225,25 @@ def setup_parallel(config: TrainConfig) -> Parallel:
     return Parallel(
         dist.get_rank(), dist.get_world_size(), local_rank, strategy, device, owns_group=owns
     )
+
+
+def _check_torch() -> None:
+    """FSDP2's public ``fully_shard`` and DCP's distributed safetensors storage (torch 2.9)."""
+    import inspect
+
+    import torch.distributed.checkpoint as dcp
+    import torch.distributed.fsdp as fsdp
+
+    writer = getattr(dcp, "HuggingFaceStorageWriter", None)
+    if (
+        not hasattr(fsdp, "fully_shard")
+        or writer is None
+        or ("save_distributed" not in inspect.signature(writer).parameters)
+    ):
+        raise ValueError(
+            f"distributed training needs torch >= 2.9 (FSDP2, DCP's safetensors storage); "
+            f"this is torch {torch.__version__}"
+        )
 
 
 def _rank_device(config: TrainConfig, local_rank: int, world: int) -> torch.device:
