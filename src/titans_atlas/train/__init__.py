@@ -4,7 +4,8 @@ long-stream), AdamW with parameter groups, the loop, and exact-resume checkpoint
     from titans_atlas.train import build_config, train
     result = train(build_config("debug", overrides=["train.steps=20"]))
 
-The ``titans train`` / ``titans prepare`` commands (``train/cli.py``) drive the same functions.
+The ``titans train`` / ``titans prepare`` / ``titans consolidate`` commands (``train/cli.py``)
+drive the same functions; under ``torchrun`` every rank runs them (``distributed.py``).
 Nothing here imports an extra at ``import titans_atlas`` time.
 """
 
@@ -12,6 +13,8 @@ from .batches import IGNORE, Batch, PackedBatches, StreamBatches
 from .checkpoint import find_checkpoint, load_checkpoint, resolve_model_dir, save_checkpoint
 from .config import DataConfig, ModelSpec, OptimConfig, RunConfig, TrainConfig, build_config
 from .data import Corpus, load_corpus
+from .dist_checkpoint import consolidate
+from .distributed import Parallel, setup_parallel
 from .loop import NonFiniteError, Trainer, TrainResult, train
 from .presets import RUN_PRESETS
 from .stream import replace_rows, reset_rows
@@ -28,12 +31,14 @@ __all__ = [
     "NonFiniteError",
     "OptimConfig",
     "PackedBatches",
+    "Parallel",
     "RunConfig",
     "StreamBatches",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "build_config",
+    "consolidate",
     "find_checkpoint",
     "load_checkpoint",
     "load_corpus",
@@ -42,5 +47,6 @@ __all__ = [
     "reset_rows",
     "resolve_model_dir",
     "save_checkpoint",
+    "setup_parallel",
     "train",
 ]

@@ -145,6 +145,15 @@ def save_checkpoint(
     manifest = {
         str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in files
     }
+    return publish(tmp, manifest, step, keep_last=keep_last, val_loss=val_loss)
+
+
+def publish(
+    tmp: Path, manifest: dict, step: int, *, keep_last: int, val_loss: float | None
+) -> Path:
+    """Write ``manifest.json`` last, rename the finished ``tmp`` into place as ``step``'s
+    checkpoint, move the latest / best pointers and rotate old checkpoints."""
+    root, name = tmp.parent, f"step_{step:08d}"
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     final = root / name
     if final.exists():  # the same step written again (a resumed run): swap it out
@@ -178,17 +187,19 @@ def _rotate(root: Path, keep_last: int) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def verify_checkpoint(directory: str | Path) -> dict:
-    """The trainer state of a complete, intact checkpoint; CheckpointError otherwise."""
+def verify_checkpoint(directory: str | Path, part: tuple[int, int] = (0, 1)) -> dict:
+    """The trainer state of a complete, intact checkpoint; CheckpointError otherwise.
+    ``part=(i, n)`` checks every file's size but hashes only every n-th file from the i-th
+    (the n ranks of a job share the work)."""
     directory = Path(directory)
     manifest = _read_pointer(directory / MANIFEST)
     if manifest is None:
         raise CheckpointError(f"{directory} is not a complete training checkpoint (no {MANIFEST})")
-    for name, entry in manifest.items():
+    for index, (name, entry) in enumerate(sorted(manifest.items())):
         path = directory / name
         if not path.is_file() or path.stat().st_size != entry["bytes"]:
             raise CheckpointError(f"checkpoint file {path} is missing or truncated")
-        if _digest(path) != entry["sha256"]:
+        if index % part[1] == part[0] and _digest(path) != entry["sha256"]:
             raise CheckpointError(f"checkpoint file {path} is corrupt (SHA-256 mismatch)")
     state = _read_pointer(directory / STATE_FILE)
     if not state or state.get("format") != FORMAT or state.get("version") != VERSION:
@@ -246,4 +257,10 @@ def resolve_model_dir(path: str | Path, which: str = "latest") -> Path:
         return path
     if (path / "model" / "config.json").is_file():
         return path / "model"
-    return find_checkpoint(path, which) / "model"
+    checkpoint = find_checkpoint(path, which)
+    if not (checkpoint / "model").is_dir() and (checkpoint / "shards").is_dir():
+        raise CheckpointError(
+            f"{checkpoint} holds sharded weights only (train.export_model=false): write its "
+            f"model directory with `titans consolidate {checkpoint}`"
+        )
+    return checkpoint / "model"

@@ -5,6 +5,8 @@ titans train --preset debug --set train.steps=100 --set model.dim=64
 titans train --config run.toml --resume       # continue the run in train.out_dir
 titans prepare books/ --out shards --tokenizer gpt2
 titans train --data shards --set data.mode=stream
+torchrun --nproc-per-node 8 -m titans_atlas train --config run.toml --set train.strategy=fsdp
+titans consolidate runs/x/checkpoints/step_00001000    # a sharded checkpoint -> model/
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ def add_parser(subparsers) -> None:
     prep.add_argument("--shard-tokens", type=int, default=1 << 28, help="tokens per shard")
     prep.set_defaults(func=run_prepare)
 
+    merge = subparsers.add_parser(
+        "consolidate",
+        help="write the model directory (load_model / generate) of a sharded checkpoint",
+    )
+    merge.add_argument("checkpoint", help="a sharded checkpoint, or a run directory (its latest)")
+    merge.add_argument("--out", help="output model directory (default: the checkpoint's model/)")
+    merge.set_defaults(func=run_consolidate)
+
 
 def _overrides(args: argparse.Namespace) -> list[str]:
     shortcuts = {"model.name": args.model, "data.source": args.data, "train.steps": args.steps}
@@ -57,24 +67,51 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def run_train(args: argparse.Namespace) -> int:
     from .config import build_config
+    from .distributed import Parallel, setup_parallel
     from .loop import NonFiniteError, Trainer
 
+    parallel = Parallel()
     try:
         config = build_config(args.preset, args.config, _overrides(args))
-        trainer = Trainer(config, resume=args.resume)
-        print(_banner(trainer), file=sys.stderr)
+        parallel = setup_parallel(config.train)
+        trainer = Trainer(config, resume=args.resume, parallel=parallel)
+        if parallel.main:
+            print(_banner(trainer), file=sys.stderr)
         result = trainer.run()
     except NonFiniteError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return _fail(err, 1, parallel)
     except (ValueError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if result.stopped_by:
-        print(f"resume with: titans train ... --resume {result.run_dir}", file=sys.stderr)
-        return EXIT_CODES[result.stopped_by]
-    _report(trainer, result)
-    return 0
+        return _fail(err, 2, parallel)
+    except BaseException as err:  # under torchrun: name the rank, then let it propagate
+        _fail(err, 1, parallel, quiet=True)
+        raise
+    try:
+        if result.stopped_by:
+            if parallel.main:
+                print(f"resume with: titans train ... --resume {result.run_dir}", file=sys.stderr)
+            return EXIT_CODES[result.stopped_by]
+        if parallel.main:
+            _report(trainer, result)
+        return 0
+    finally:
+        parallel.close()
+
+
+def _fail(err: BaseException, code: int, parallel, quiet: bool = False) -> int:
+    """Print the error (naming the rank in a distributed run) and record it for torchrun,
+    whose summary then names this rank and message as the root cause."""
+    import os
+
+    rank = f" (rank {parallel.rank} of {parallel.world_size})" if parallel.distributed else ""
+    if not quiet:
+        print(f"error{rank}: {err}", file=sys.stderr, flush=True)
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        handler = get_error_handler()
+        handler.initialize()
+        handler.record_exception(err)
+    return code
 
 
 def _banner(trainer) -> str:
@@ -100,18 +137,31 @@ def _report(trainer, result) -> None:
         )
     print(f"checkpoint: {result.checkpoint}")
     tokens = trainer.config.train.sample_tokens
-    if tokens and trainer.pipeline.tokenizer is not None:
-        print(f"sample:\n{sample_text(trainer, tokens)}")
+    model = trainer.model
+    if trainer.parallel.strategy == "fsdp":  # one rank cannot run a sharded model alone
+        model = _exported_model(result.checkpoint, trainer.device)
+    if tokens and trainer.pipeline.tokenizer is not None and model is not None:
+        print(f"sample:\n{sample_text(trainer, tokens, model)}")
         print(f"more: titans generate --checkpoint {result.run_dir} --prompt 'HAMLET:'")
 
 
-def sample_text(trainer, max_new_tokens: int, prompt_tokens: int = 32) -> str:
-    """A continuation of the start of the validation text, as the model writes it."""
+def _exported_model(checkpoint, device):
+    from ..checkpoint import load_model
+
+    if checkpoint is None or not (checkpoint / "model" / "config.json").is_file():
+        return None
+    return load_model(checkpoint / "model", device=device)
+
+
+def sample_text(trainer, max_new_tokens: int, model=None, prompt_tokens: int = 32) -> str:
+    """A continuation of the start of the validation text, as the model (default: the
+    trainer's) writes it."""
     from ..generate import generate
 
+    model = trainer.model if model is None else model
     batches, _ = trainer.pipeline.make_val()
     prompt = batches.next().inputs[:1, :prompt_tokens].to(trainer.device)
-    ids = generate(trainer.model.eval(), prompt, max_new_tokens, temperature=0.8, top_k=40, seed=0)
+    ids = generate(model.eval(), prompt, max_new_tokens, temperature=0.8, top_k=40, seed=0)
     return trainer.pipeline.tokenizer.decode(ids[0].tolist())
 
 
@@ -133,4 +183,16 @@ def run_prepare(args: argparse.Namespace) -> int:
         f"{args.out}: {meta['num_tokens']:,} tokens, {docs:,} documents, "
         f"{len(meta['shards'])} shards"
     )
+    return 0
+
+
+def run_consolidate(args: argparse.Namespace) -> int:
+    from .dist_checkpoint import consolidate
+
+    try:
+        out = consolidate(args.checkpoint, args.out)
+    except (ValueError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"model directory: {out}")
     return 0

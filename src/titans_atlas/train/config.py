@@ -18,6 +18,8 @@ from ..models.backbone import model_config
 from ..models.config import ModelConfig
 from .presets import RUN_PRESETS
 
+STRATEGIES = ("auto", "none", "ddp", "fsdp")
+
 
 @dataclass
 class ModelSpec:
@@ -99,6 +101,12 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0: torch's default)
     compile: bool = False
     memory_checkpoint: bool = False  # recompute the memory's chunks in backward
+    activation_checkpoint: bool = False  # recompute each block in backward
+    # Several processes (torchrun): "auto" = DDP under a multi-process launch, else one
+    # process; "ddp" / "fsdp" (FSDP2, per block then the root) also with a world of one.
+    strategy: str = "auto"  # "auto" | "none" | "ddp" | "fsdp"
+    dist_timeout: float = 600.0  # seconds a collective may wait for the other ranks
+    export_model: bool = True  # sharded checkpoints also hold model/ (load_model reads it)
     eval_every: int = 200
     eval_tokens: int = 65536  # validation tokens per evaluation (0: all)
     log_every: int = 10
@@ -115,6 +123,12 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto/fp32/bf16, got {self.precision!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"train.strategy must be one of {'/'.join(STRATEGIES)}, got {self.strategy!r}"
+            )
+        if not self.dist_timeout > 0:
+            raise ValueError(f"train.dist_timeout must be > 0 seconds, got {self.dist_timeout}")
 
 
 @dataclass
@@ -136,7 +150,7 @@ class RunConfig:
 RESUMABLE = {"train." + n for n in (
     "steps", "device", "threads", "compile", "memory_checkpoint", "eval_every", "eval_tokens",
     "log_every", "checkpoint_every", "keep_last", "out_dir", "tensorboard", "progress",
-    "sample_tokens",
+    "sample_tokens", "activation_checkpoint", "strategy", "dist_timeout", "export_model",
 )}  # fmt: skip
 
 
@@ -278,3 +292,23 @@ def config_differences(
 
 def is_dataclass_instance(obj: Any) -> bool:
     return is_dataclass(obj) and not isinstance(obj, type)
+
+
+def resume_differences(saved: dict[str, Any], config: RunConfig, world_size: int) -> list[str]:
+    """Settings that keep a run from resuming a checkpoint's ``saved`` trainer state.
+    ``train.batch_size`` counts rows per process: another world size may resume with
+    another value as long as the global batch (rows x processes) is the same."""
+    differ = [
+        k for k in config_differences(saved["config"], config.to_dict()) if k not in RESUMABLE
+    ]
+    saved_world = saved.get("world_size", 1)
+    saved_rows = saved["config"]["train"]["batch_size"]
+    rows = config.train.batch_size
+    if "train.batch_size" in differ:
+        differ.remove("train.batch_size")
+        if saved_rows * saved_world != rows * world_size:
+            differ.append(
+                f"train.batch_size (the global batch is rows x processes: {saved_rows} x "
+                f"{saved_world} when saved, {rows} x {world_size} now)"
+            )
+    return differ

@@ -8,6 +8,7 @@ bits per byte = (sum of losses in nats) / ln 2 / (UTF-8 bytes of the scored toke
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,10 +35,13 @@ def evaluate(
     byte_lengths: torch.Tensor | None,
     device: torch.device,
     autocast=None,
+    reset: Callable = reset_rows,
+    reduce: Callable[[list[float]], list[float]] | None = None,
 ) -> dict[str, float]:
     """Run ``num_batches`` validation batches; in stream mode the state is carried as in
-    training. Returns ``val_loss`` (nats/token), ``val_bpb`` (when bytes are known),
-    ``val_accuracy`` and ``val_tokens``."""
+    training (rows started with ``reset``, ``reset_rows``'s signature). Returns ``val_loss``
+    (nats/token), ``val_bpb`` (when bytes are known), ``val_accuracy`` and ``val_tokens``.
+    ``reduce`` sums [nats, bytes, scored, correct] over the ranks of a distributed run."""
     was_training = model.training
     model.eval()
     nats = bytes_ = 0.0
@@ -47,7 +51,7 @@ def evaluate(
         for _ in range(num_batches):
             batch = batches.next()
             inputs, labels = batch.inputs.to(device), batch.labels.to(device)
-            state = reset_rows(model, state, batch.reset) if stream else None
+            state = reset(model, state, batch.reset) if stream else None
             with autocast if autocast is not None else torch.autocast("cpu", enabled=False):
                 logits, state = model(inputs, state)
             mask = labels != IGNORE
@@ -58,6 +62,9 @@ def evaluate(
                 bytes_ += float(byte_lengths.to(device)[labels[mask]].sum())
     finally:
         model.train(was_training)
+    if reduce is not None:
+        nats, bytes_, scored, correct = reduce([nats, bytes_, scored, correct])
+        scored, correct = round(scored), round(correct)
     result = {
         "val_loss": nats / max(scored, 1),
         "val_accuracy": correct / max(scored, 1),

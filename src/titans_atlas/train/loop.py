@@ -5,13 +5,16 @@ One step = ``grad_accum`` micro-batches (in stream mode, consecutive windows of 
 the state carried and detached between them: truncated backpropagation through time), a
 finiteness check that names the parameters at fault, gradient clipping, an AdamW step.
 Evaluation, metrics and checkpoints run every N steps; SIGINT / SIGTERM finish the current
-step, write a checkpoint and return.
+step, write a checkpoint and return. Under torchrun the same loop runs on every rank
+(``distributed.py``): each rank takes its rows of the global batch, the loss is normalised
+by the global count of scored tokens so the gradient equals one process's, and the ranks
+agree on the reported loss, evaluation, non-finite stops and signals.
 """
 
 from __future__ import annotations
 
 import json
-import signal
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,15 +23,19 @@ import torch
 
 from ..checkpoint import CheckpointError
 from ..models.backbone import build_model
-from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
-from .config import RESUMABLE, RunConfig, config_differences
+from .checkpoint import find_checkpoint, save_checkpoint, verify_checkpoint
+from .config import RunConfig, resume_differences
+from .dist_checkpoint import load_training_state, save_sharded
+from .distributed import Parallel, initial_weight_parameters, local_tensor, setup_parallel
 from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .pipeline import build_pipeline
 from .runtime import (
     GateStats,
+    SignalFlag,
     autocast_context,
+    enable_activation_checkpointing,
     memory_layers,
     memory_state_norms,
     pick_device,
@@ -51,17 +58,22 @@ class TrainResult:
 
 
 class Trainer:
+    """One process's part of a run; ``parallel`` defaults to ``setup_parallel`` (a single
+    process unless torchrun launched this one or ``train.strategy`` asks for DDP / FSDP)."""
+
     def __init__(
-        self, config: RunConfig, *, resume: bool | str = False, rank: int = 0, world_size: int = 1
+        self, config: RunConfig, *, resume: bool | str = False, parallel: Parallel | None = None
     ):
-        self.config, self.rank, self.world_size = config, rank, world_size
         loop = config.train
         if loop.threads:
             torch.set_num_threads(loop.threads)
-        self.device = pick_device(loop)
+        self.parallel = parallel if parallel is not None else setup_parallel(loop)
+        self.config, self.rank = config, self.parallel.rank
+        self.world_size = self.parallel.world_size
+        self.device = self.parallel.device or pick_device(loop)
         self.autocast = autocast_context(loop, self.device)
         self.run_dir = Path(loop.out_dir)
-        self.pipeline = build_pipeline(config, rank, world_size)
+        self.pipeline = build_pipeline(config, self.rank, self.world_size)
         torch.manual_seed(loop.seed)
         model_config = config.model.build()
         if model_config.vocab_size < self.pipeline.vocab_size:
@@ -75,7 +87,11 @@ class Trainer:
             check_stream_alignment(self.model, loop.seq_len)
         if loop.memory_checkpoint:
             self.model.set_runtime(memory_checkpoint=True)
-        self.forward = torch.compile(self.model) if loop.compile else self.model
+        if loop.activation_checkpoint:
+            enable_activation_checkpointing(self.model)
+        wrapped = self.parallel.wrap(self.model, stream=self.stream)
+        self.forward = torch.compile(wrapped) if loop.compile else wrapped
+        self.reset = self.parallel.row_reset(self.model) if self.stream else None
         self.optimizer = build_optimizer(self.model, config.optim)
         self.step, self.best_val, self.carried = 0, None, None
         if resume:
@@ -84,21 +100,21 @@ class Trainer:
     def _resume(self, resume: bool | str) -> None:
         where = self.run_dir if resume is True else Path(resume)
         directory = find_checkpoint(where)
-        saved = verify_checkpoint(directory)
-        differ = [
-            k
-            for k in config_differences(saved["config"], self.config.to_dict())
-            if k not in RESUMABLE
-        ]
+        saved = verify_checkpoint(directory, part=(self.rank, self.world_size))
+        differ = resume_differences(saved, self.config, self.world_size)
         if differ:
             raise CheckpointError(
                 f"{directory} was written by a run with other settings: {', '.join(differ)}"
             )
-        state, self.carried = load_checkpoint(directory, self.model, self.optimizer)
+        rows = self.config.train.batch_size
+        mine = (self.rank * rows, (self.rank + 1) * rows)
+        self.carried = load_training_state(
+            directory, saved, self.parallel, self.model, self.optimizer, mine
+        )
         if self.carried is not None:
             self.carried = self.carried.to(self.device)
-        self.step, self.best_val = int(state["step"]), state.get("best_val_loss")
-        self.pipeline.train.load_state_dict(state["data"])
+        self.step, self.best_val = int(saved["step"]), saved.get("best_val_loss")
+        self.pipeline.train.load_state_dict(saved["data"])
 
     # -- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -106,28 +122,46 @@ class Trainer:
         lr = learning_rate(self.step, loop.steps, self.config.optim)
         set_learning_rate(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=True)
-        losses, tokens = [], 0
-        for _ in range(loop.grad_accum):
+        sums, counts, tokens, fresh = [], [], 0, not self.stream
+        for micro in range(loop.grad_accum):
             batch = self.pipeline.train.next()
             inputs, labels = batch.inputs.to(self.device), batch.labels.to(self.device)
-            state = reset_rows(self.model, self.carried, batch.reset) if self.stream else None
-            logits, state = self._forward(inputs, state)
-            scored = (labels >= 0).sum().clamp(min=1)
-            loss = token_losses(logits, labels).sum() / scored
-            (loss / loop.grad_accum).backward()
+            state = None
+            if self.stream:
+                state = self.reset(self.model, self.carried, batch.reset)
+                fresh = fresh or state is None or bool(batch.reset.any())
+            # every rank's scored tokens: each rank's share of one process's mean loss
+            scored = self.parallel.sum_tensor((labels >= 0).sum()).clamp(min=1)
+            with self.parallel.gradient_sync(self.forward, micro == loop.grad_accum - 1):
+                logits, state = self._forward(inputs, state)
+                total = token_losses(logits, labels).sum()
+                loss = total / scored
+                (loss * self.world_size / loop.grad_accum).backward()
             if self.stream:
                 self.carried = state.detach()
             self.last_state = state
-            losses.append(float(loss.detach()))
+            sums.append(float(loss.detach()) if self.world_size == 1 else float(total.detach()))
+            counts.append(float(scored))
             tokens += inputs.numel()
-        loss = sum(losses) / len(losses)
+        loss = self._mean_loss(sums, counts)
         self._check_finite(loss)
+        if self.stream and not self.parallel.any(fresh):
+            for param in initial_weight_parameters(self.model):
+                param.grad = None  # no stream started: as one process, no gradient
         params = [p for p in self.model.parameters() if p.grad is not None]
         clip = loop.grad_clip if loop.grad_clip > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         self.optimizer.step()
         self.step += 1
         return {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens": tokens * self.world_size}
+
+    def _mean_loss(self, sums: list[float], counts: list[float]) -> float:
+        """The step's loss: the mean over micro-batches of each one's mean over every rank's
+        scored tokens (``sums`` are the losses themselves in one process)."""
+        if self.world_size == 1:
+            return sum(sums) / len(sums)
+        totals = self.parallel.all_sum(sums)
+        return sum(t / c for t, c in zip(totals, counts)) / len(counts)
 
     def _forward(self, inputs: torch.Tensor, state):
         try:
@@ -144,20 +178,22 @@ class Trainer:
             ) from err
 
     def _non_finite_parameters(self) -> tuple[list[str], list[str]]:
+        """Names of parameters / gradients with inf or NaN (this rank's shard under FSDP2)."""
         bad_params, bad_grads = [], []
         for name, param in self.model.named_parameters():
-            if not torch.isfinite(param).all():
+            if not torch.isfinite(local_tensor(param)).all():
                 bad_params.append(name)
-            if param.grad is not None and not torch.isfinite(param.grad).all():
+            if param.grad is not None and not torch.isfinite(local_tensor(param.grad)).all():
                 bad_grads.append(name)
         return bad_params, bad_grads
 
     def _check_finite(self, loss: float) -> None:
         bad_params, bad_grads = self._non_finite_parameters()
-        if bad_params or bad_grads or not torch.isfinite(torch.tensor(loss)):
+        if self.parallel.any(bool(bad_params or bad_grads) or not math.isfinite(loss)):
+            where = "" if self.world_size == 1 else f" (names from rank {self.rank})"
             raise NonFiniteError(
                 f"step {self.step + 1}: loss {loss}; "
-                f"non-finite parameters: {bad_params or 'none'}; "
+                f"non-finite parameters{where}: {bad_params or 'none'}; "
                 f"non-finite gradients: {bad_grads or 'none'}. Stopped before the optimizer "
                 "step: no checkpoint holds these values."
             )
@@ -167,12 +203,12 @@ class Trainer:
         batches, count = self.pipeline.make_val()
         return evaluate(
             self.model, batches, count, stream=self.stream, byte_lengths=self.pipeline.byte_lengths,
-            device=self.device, autocast=self.autocast,
+            device=self.device, autocast=self.autocast, reset=self.reset or reset_rows,
+            reduce=self.parallel.all_sum if self.world_size > 1 else None,
         )  # fmt: skip
 
-    def save(self, val_loss: float | None = None) -> Path | None:
-        if self.rank != 0:
-            return None
+    def save(self, val_loss: float | None = None) -> Path:
+        """Write a checkpoint (every rank takes part in a distributed run)."""
         if val_loss is not None and (self.best_val is None or val_loss < self.best_val):
             self.best_val = val_loss
         trainer_state = {
@@ -181,6 +217,13 @@ class Trainer:
             "data": self.pipeline.train.state_dict(),
             "best_val_loss": self.best_val,
         }
+        if self.parallel.distributed:
+            return save_sharded(
+                self.run_dir, self.parallel, self.model, self.optimizer, trainer_state,
+                tokenizer=self.pipeline.tokenizer, stream_state=self.carried,
+                keep_last=self.config.train.keep_last, val_loss=val_loss,
+                export_model=self.config.train.export_model,
+            )  # fmt: skip
         return save_checkpoint(
             self.run_dir,
             self.model,
@@ -195,7 +238,7 @@ class Trainer:
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         loop = self.config.train
-        main = self.rank == 0
+        main = self.parallel.main
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "run_config.json").write_text(
@@ -212,7 +255,7 @@ class Trainer:
         )
         gates = GateStats(self.model)
         result = TrainResult(self.run_dir, self.step)
-        stop = _SignalFlag()
+        stop = SignalFlag()
         try:
             self._run_steps(log, gates, result, stop)
         finally:
@@ -242,13 +285,12 @@ class Trainer:
                 evaluated = result.eval = self.evaluate()
                 log.record({"step": self.step, **evaluated})
                 log.say(_eval_line(self.step, evaluated))
-            if self.step % loop.checkpoint_every == 0 or self.step == loop.steps or stop.signal:
+            stopping = self.parallel.agree_signal(stop.signal)
+            if self.step % loop.checkpoint_every == 0 or self.step == loop.steps or stopping:
                 result.checkpoint = self.save(evaluated["val_loss"] if evaluated else None)
-            if stop.signal:
-                result.stopped_by = stop.signal
-                log.say(
-                    f"{stop.signal}: stopped at step {self.step}; checkpoint {result.checkpoint}"
-                )
+            if stopping:
+                result.stopped_by = stopping
+                log.say(f"{stopping}: stopped at step {self.step}; checkpoint {result.checkpoint}")
                 break
         result.step = self.step
 
@@ -271,32 +313,16 @@ def _eval_line(step: int, result: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-class _SignalFlag:
-    """SIGINT / SIGTERM set a flag the loop checks after each step (a second SIGINT
-    interrupts at once)."""
-
-    def __init__(self) -> None:
-        self.signal: str | None = None
-        self.previous = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        except ValueError:  # not the main thread: no handlers, the caller owns signals
-            self.previous = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
 def train(
-    config: RunConfig, *, resume: bool | str = False, rank: int = 0, world_size: int = 1
+    config: RunConfig, *, resume: bool | str = False, parallel: Parallel | None = None
 ) -> TrainResult:
     """Train ``config`` (resume from its ``out_dir``, or from a given run / checkpoint
-    directory); returns the losses, the last evaluation and the last checkpoint."""
-    return Trainer(config, resume=resume, rank=rank, world_size=world_size).run()
+    directory); returns the losses, the last evaluation and the last checkpoint. Under
+    torchrun every rank calls it (see ``distributed.py``)."""
+    own = parallel is None
+    parallel = setup_parallel(config.train) if own else parallel
+    try:
+        return Trainer(config, resume=resume, parallel=parallel).run()
+    finally:
+        if own:
+            parallel.close()

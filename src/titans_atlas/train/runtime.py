@@ -1,5 +1,5 @@
-"""Runtime choices of a run (device, precision, checkpointing, compile) and the memory
-statistics the loop logs: per layer, the mean learned lr / momentum / decay gates and the
+"""Runtime choices of a run (device, precision, checkpointing, compile, signals) and the
+memory statistics the loop logs: per layer, the mean learned lr / momentum / decay gates and the
 norm of the memory state.
 
 Axes: B batch, T tokens, H heads.
@@ -8,6 +8,7 @@ Axes: B batch, T tokens, H heads.
 from __future__ import annotations
 
 import contextlib
+import signal
 from typing import Any
 
 import torch
@@ -39,6 +40,21 @@ def autocast_context(config: TrainConfig, device: torch.device):
 
 def memory_layers(model: torch.nn.Module) -> list[NeuralMemory]:
     return [m for m in model.modules() if isinstance(m, NeuralMemory)]
+
+
+def enable_activation_checkpointing(model: LanguageModel) -> None:
+    """Recompute each block's forward in backward (non-reentrant ``torch.utils.checkpoint``),
+    so a block keeps only its inputs for backward. Wraps each block's ``forward`` on the
+    instance: parameter names, hooks and checkpoints are unchanged, and it composes with
+    DDP, FSDP2 (which unshards the block before the recompute) and ``torch.compile``."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in model.blocks:
+
+        def forward(*args: Any, _inner=block.forward, **kwargs: Any):
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
 
 
 class GateStats:
@@ -92,3 +108,26 @@ def memory_state_norms(state: ModelState | None) -> list[float]:
     if state is not None:
         walk(state.blocks)
     return norms
+
+
+class SignalFlag:
+    """SIGINT / SIGTERM set a flag the loop checks after each step (a second SIGINT
+    interrupts at once)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.previous = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: no handlers, the caller owns signals
+            self.previous = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

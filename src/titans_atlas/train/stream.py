@@ -88,7 +88,9 @@ def fresh_memory(memory: MemoryState, layer: NeuralMemory) -> MemoryState:
     )
 
 
-def _fresh_like(obj: Any, layers: list[NeuralMemory]) -> Any:
+def fresh_like(obj: Any, layers: list[NeuralMemory]) -> Any:
+    """What a new stream holds, in the structure of a block's state ``obj`` (``layers``:
+    the block's memory layers in order, consumed)."""
     if isinstance(obj, MemoryState):
         if not layers:
             raise ValueError("the state holds more memories than the block has memory layers")
@@ -99,12 +101,12 @@ def _fresh_like(obj: Any, layers: list[NeuralMemory]) -> Any:
         return torch.zeros_like(obj)
     if is_dataclass(obj) and not isinstance(obj, type):
         return replace(
-            obj, **{f.name: _fresh_like(getattr(obj, f.name), layers) for f in fields(obj)}
+            obj, **{f.name: fresh_like(getattr(obj, f.name), layers) for f in fields(obj)}
         )
     if isinstance(obj, dict):
-        return {key: _fresh_like(value, layers) for key, value in obj.items()}
+        return {key: fresh_like(value, layers) for key, value in obj.items()}
     if isinstance(obj, list | tuple):
-        return type(obj)(_fresh_like(value, layers) for value in obj)
+        return type(obj)(fresh_like(value, layers) for value in obj)
     return obj
 
 
@@ -126,7 +128,7 @@ def reset_rows(
     blocks = []
     for block, block_state in zip(model.blocks, state.blocks):
         layers = [m for m in block.modules() if isinstance(m, NeuralMemory)]
-        blocks.append(replace_rows(block_state, _fresh_like(block_state, layers), rows))
+        blocks.append(replace_rows(block_state, fresh_like(block_state, layers), rows))
     return replace(state, blocks=blocks)
 
 
@@ -149,3 +151,81 @@ def check_stream_alignment(model: LanguageModel, seq_len: int) -> None:
             raise ValueError(
                 f"stream mode needs train.seq_len={seq_len} to be a multiple of {name}={grid}"
             )
+
+
+def take_rows(state: ModelState, start: int, stop: int) -> ModelState:
+    """Rows ``[start, stop)`` of a batched state: a rank's part of a global stream state.
+    KV-cache positions (shared by the rows) are kept whole; tensors shared inside the state
+    stay shared."""
+    if not 0 <= start < stop <= state.batch_size:
+        raise ValueError(f"rows [{start}, {stop}) are not inside a batch of {state.batch_size}")
+    memo: dict[int, torch.Tensor] = {}
+
+    def take(obj: Any, shared: bool = False) -> Any:
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in memo:
+                rows = not shared and obj.ndim and obj.shape[0] == state.batch_size
+                memo[id(obj)] = obj[start:stop] if rows else obj
+            return memo[id(obj)]
+        if isinstance(obj, KVCache):
+            return KVCache(take(obj.keys), take(obj.values), take(obj.positions, shared=True))
+        return _rebuild(obj, take)
+
+    return replace(take(state), batch_size=stop - start)
+
+
+def concat_rows(states: list[ModelState]) -> ModelState:
+    """The rows of several states of one stream position, in order: the inverse of
+    ``take_rows`` (per-rank stream states -> the global one). KV-cache positions and other
+    shared values must agree; ValueError otherwise."""
+    if not states:
+        raise ValueError("concat_rows needs at least one state")
+    sizes = [s.batch_size for s in states]
+    memo: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def cat(nodes: list[Any], shared: bool = False) -> Any:
+        first = nodes[0]
+        if isinstance(first, torch.Tensor):
+            key = tuple(id(n) for n in nodes)
+            if key not in memo:
+                rows = (
+                    not shared and first.ndim and all(n.shape[0] == b for n, b in zip(nodes, sizes))
+                )
+                if not rows and not all(torch.equal(first, n) for n in nodes[1:]):
+                    raise ValueError("the states differ in a value their rows share")
+                memo[key] = torch.cat(nodes) if rows else first
+            return memo[key]
+        if isinstance(first, KVCache):
+            return KVCache(
+                cat([n.keys for n in nodes]),
+                cat([n.values for n in nodes]),
+                cat([n.positions for n in nodes], shared=True),
+            )
+        if is_dataclass(first) and not isinstance(first, type):
+            return replace(
+                first, **{f.name: cat([getattr(n, f.name) for n in nodes]) for f in fields(first)}
+            )
+        if isinstance(first, dict):
+            if any(set(n) != set(first) for n in nodes):
+                raise ValueError("the states differ in structure (dict keys)")
+            return {key: cat([n[key] for n in nodes]) for key in first}
+        if isinstance(first, list | tuple):
+            if any(len(n) != len(first) for n in nodes):
+                raise ValueError("the states differ in structure (sequence lengths)")
+            return type(first)(cat(list(group)) for group in zip(*nodes))
+        return first
+
+    if any(s.position != states[0].position or s.model != states[0].model for s in states):
+        raise ValueError("concat_rows needs states of one model at one stream position")
+    return replace(cat(states), batch_size=sum(sizes))
+
+
+def _rebuild(obj: Any, fn) -> Any:
+    """``obj`` with ``fn`` applied to each child (dataclass fields, dict values, items)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: fn(getattr(obj, f.name)) for f in fields(obj)})
+    if isinstance(obj, dict):
+        return {key: fn(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(fn(value) for value in obj)
+    return obj
