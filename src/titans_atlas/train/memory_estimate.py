@@ -34,7 +34,6 @@ import torch
 from ..models.backbone import build_model, model_config
 from ..models.config import ModelConfig
 from .evaluate import token_losses
-from .runtime import enable_memory_checkpointing
 
 WEIGHT, GRADIENT, ADAM = 4, 4, 8  # bytes per parameter (fp32; AdamW: two fp32 moments)
 
@@ -81,7 +80,7 @@ def probe(
             return _Probe(0, build_model(config).to(device)(ids.to(device))[1].nbytes())
     model = build_model(config).to(device)
     if memory_checkpoint:
-        enable_memory_checkpointing(model)
+        model.set_runtime(memory_checkpoint=True)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: list[weakref.ref] = []
 
