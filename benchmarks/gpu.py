@@ -87,21 +87,27 @@ def launches(step, device: str) -> int:
 
 
 def register_triton(args) -> dict:
-    """Make ``memory_scan(impl="triton"...)`` resolve (until ops/scan.py dispatches to it) and
-    apply the launch configuration asked for."""
-    import titans_atlas.ops.scan as scan_module
-    from titans_atlas.ops.triton import autograd, memory_scan_triton
+    """Apply the launch configuration asked for; return it."""
+    from titans_atlas.ops.triton import autograd
 
     for name in ("hidden_tile", "num_warps", "num_stages"):
         if getattr(args, name) is not None:
             setattr(autograd, name.upper(), getattr(args, name))
-
-    impls = getattr(scan_module, "IMPLS", None)
-    if impls is not None:
-        impls.setdefault("triton", memory_scan_triton)
-        impls.setdefault("triton-tf32x3", partial(memory_scan_triton, precision="tf32x3"))
     return dict(hidden_tile=autograd.HIDDEN_TILE, num_warps=autograd.NUM_WARPS,
                 num_stages=autograd.NUM_STAGES)  # fmt: skip
+
+
+def select_impl(impl: str) -> str:
+    """The ``memory_scan`` impl of a benchmark variant: "triton-tf32x3" runs impl="triton" with
+    ``tl.dot`` precision "tf32x3" (until the next selection), "triton" with "ieee"."""
+    import titans_atlas.ops.scan as scan_module
+
+    name, _, precision = impl.partition("-")
+    if name == "triton":
+        from titans_atlas.ops.triton import memory_scan_triton
+
+        scan_module.IMPLS["triton"] = partial(memory_scan_triton, precision=precision or "ieee")
+    return name
 
 
 def layer_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
@@ -111,10 +117,7 @@ def layer_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
     torch.manual_seed(0)
     config = MemoryConfig(model="mlp", expansion=shape["expansion"], chunk_size=shape["chunk"])
     layer = NeuralMemory(shape["dim"], shape["heads"], config).to(device)
-    if hasattr(layer, "set_runtime"):
-        layer.set_runtime(memory_impl=impl)
-    else:
-        layer.config.impl = impl  # bypasses MemoryConfig's check of the registered names
+    layer.set_runtime(impl=select_impl(impl))
     x = torch.randn(shape["batch"], shape["tokens"], shape["dim"], device=device)
     return _module_step(lambda: layer(x)[0], [x, *layer.parameters()], dtype, mode, device)
 
@@ -163,9 +166,11 @@ def op_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
     v = cast(torch.randn(*size, head))
     gates = [cast(0.005 * torch.rand(size)), cast(torch.rand(size)), cast(0.003 * torch.rand(size))]
 
+    name = select_impl(impl)
+
     def run():
         state = memory.initial_state(weights, shape["batch"])
-        y, state = memory_scan(memory, q, k, v, *gates, state, chunk_size=shape["chunk"], impl=impl)
+        y, state = memory_scan(memory, q, k, v, *gates, state, chunk_size=shape["chunk"], impl=name)
         return y.float().sum() + sum(w.sum() for w in state.weights.values())
 
     if mode == "fwd":

@@ -11,6 +11,7 @@ import torch
 
 import titans_atlas.mlx.ops as mops
 from helpers import INPUT_NAMES, scan
+from titans_atlas.mlx.ops.memory_models import MemoryModel
 
 # float32 parity bound: max |mlx - torch| <= RTOL_F32 * max(1, max |torch|).
 RTOL_F32 = 1e-4
@@ -55,9 +56,33 @@ def assert_states_close(actual, expected, rtol: float) -> None:
         assert_close(actual.momentum[name], expected.momentum[name], rtol, f"momentum[{name}]")
 
 
+@dataclasses.dataclass(frozen=True)
+class AffineMemory(MemoryModel):
+    """The MLX mirror of tests/helpers.py's test-only ``AffineMemory``: f(W, x) = x W1 + b,
+    so f(W, 0) != 0 and a scan that keeps Omega taps before the stream start goes wrong."""
+
+    dim_in: int
+    dim_out: int
+
+    def weight_shapes(self) -> dict[str, tuple[int, int]]:
+        return {"w1": (self.dim_in, self.dim_out), "bias": (1, self.dim_out)}
+
+    def forward_with(self, linear, x: mx.array) -> mx.array:
+        return linear("w1", x) + linear("bias", mx.ones((*x.shape[:-1], 1), dtype=x.dtype))
+
+    def grad_factors(self, weights, k: mx.array, v: mx.array):
+        delta = k @ weights["w1"] + weights["bias"] - v  # bias [B, H, 1, Dv] over the tokens
+        return {"w1": (k, delta), "bias": (mx.ones((*k.shape[:-1], 1), dtype=k.dtype), delta)}
+
+
+TEST_MEMORIES = {"AffineMemory": AffineMemory}
+
+
 def mirror_memory(memory):
-    """The MLX memory model with the same class name and fields as a torch one."""
-    cls = getattr(mops, type(memory).__name__)
+    """The MLX memory model with the same class name and fields as a torch one (the library's,
+    or a test-only memory's mirror above)."""
+    name = type(memory).__name__
+    cls = TEST_MEMORIES.get(name) or getattr(mops, name)
     return cls(**{f.name: getattr(memory, f.name) for f in dataclasses.fields(memory)})
 
 

@@ -29,10 +29,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every byte has one successor (a 40-byte cycle): a few dozen steps learn it with wide
 # margins, so greedy decoding is a long, confident continuation on both sides.
 TEXT = b"the_quick,brown:fox;jumps.over=lazy-dog! " * 12
-TRAINED = ["mag", "atlas"]  # attention + memory, and the Muon / Omega / polynomial memory
+# attention + memory, and the Muon / Omega / polynomial memory -> AdamW steps. Atlas learns
+# the cycle more slowly since the module-owned init (residual-scaled output projections): at
+# 30 steps its greedy continuation was still one repeated byte, at 45 the whole cycle.
+TRAINED = {"mag": 30, "atlas": 60}
 
 
-def train_tiny(name: str, steps: int = 30) -> ta.LanguageModel:
+def train_tiny(name: str, steps: int) -> ta.LanguageModel:
     """A few dozen AdamW steps on the cycle: enough for confident next tokens."""
     torch.manual_seed(0)
     model = ta.create_model(
@@ -57,7 +60,7 @@ def trained(tmp_path_factory):
     """name -> (trained torch model, MLX model loaded from its checkpoint)."""
     models = {}
     for name in TRAINED:
-        model = train_tiny(name)
+        model = train_tiny(name, TRAINED[name])
         directory = tmp_path_factory.mktemp(name)
         model.save_pretrained(str(directory))
         models[name] = (model, tam.load_model(directory))
@@ -69,7 +72,7 @@ def prompts() -> torch.Tensor:
 
 
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
-@pytest.mark.parametrize("name", TRAINED)
+@pytest.mark.parametrize("name", list(TRAINED))
 def test_greedy_tokens_equal_torch(name, penalty, trained):
     torch_model, mlx_model = trained[name]
     expected = tg.generate(torch_model, prompts(), 40, greedy=True, repetition_penalty=penalty)

@@ -128,6 +128,17 @@ def test_newton_schulz_matches_torch(shape):
     assert np.array_equal(np.array(zero), np.zeros((2, 3)))
 
 
+def test_newton_schulz_of_bfloat16_iterates_in_float32_as_torch():
+    """bf16 in, bf16 out, fp32 inside: equal to torch's up to one bf16 rounding of the
+    result (a bf16 iteration differs by far more: five steps amplify its rounding)."""
+    x = torch.randn(3, 4, 6).to(torch.bfloat16)
+    expected = newton_schulz5_reference(x).float()
+    for ns5 in (mops.newton_schulz5_reference, mops.newton_schulz5):
+        actual = ns5(to_mx(x.float()).astype(mx.bfloat16))
+        assert actual.dtype == mx.bfloat16
+        assert_close(actual.astype(mx.float32), expected, 1e-2, ns5.__name__)
+
+
 def test_unbind_gradient_equals_slicing_gradient():
     x = mx.random.normal((2, 3, 5, 4))
     weights = mx.random.normal((5, 2, 3, 4))

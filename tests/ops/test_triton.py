@@ -12,8 +12,11 @@ interpreter costs ~0.1 s per chunk and (batch, head), so the default cases are a
 of one or two heads; the wide sweep is marked slow.
 """
 
+import subprocess
+import sys
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,12 +50,7 @@ MEMORIES = {
     "mlp-silu-res": MLPMemory(dim_in=5, dim_out=5, expansion=2, activation="silu", residual=True),
 }
 BOTH = ("reference", "triton")
-
-
-@pytest.fixture(autouse=True)
-def _register_triton(monkeypatch):
-    """memory_scan(impl="triton") dispatches here (the lead wires it into ops/scan.py)."""
-    monkeypatch.setitem(scan_module.IMPLS, "triton", memory_scan_triton)
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def case(memory_id, length, window=1, batch=1, heads=2, dtype=torch.float64):
@@ -192,6 +190,33 @@ def test_unsupported_options_raise_naming_the_option(memory, option, match):
         scan(memory, inputs, state, chunk_size=2, impl="triton", **option)
 
 
+def test_a_missing_triton_package_raises_naming_the_extra(monkeypatch):
+    real_find_spec = scan_module.importlib.util.find_spec
+    monkeypatch.setattr(
+        scan_module.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "triton" else real_find_spec(name, *a),
+    )
+    memory = MEMORIES["linear"]
+    state = memory.initial_state(random_weights(memory, 2), 1)
+    with pytest.raises(ValueError, match=r"impl='triton' needs the triton package.*\[triton\]"):
+        scan(memory, random_inputs(memory, 1, 4, 2), state, chunk_size=2, impl="triton")
+
+
+def test_core_import_does_not_import_triton():
+    """The kernels are an extra: importing the library (and running a scan) leaves
+    titans_atlas.ops.triton and triton itself unimported; impl="triton" imports them."""
+    code = (
+        "import sys, torch; import titans_atlas as ta, titans_atlas.generate, titans_atlas.cli; "
+        "m = ta.MLPMemory(dim_in=4, dim_out=4); s = m.initial_state(m.init_weights(1), 1); "
+        "x = torch.randn(1, 3, 1, 4); g = torch.rand(1, 3, 1); "
+        "ta.memory_scan(m, x, x, x, g, g, g, s, chunk_size=2, impl='chunk'); "
+        "bad = sorted(n for n in sys.modules if n == 'triton' or 'ops.triton' in n); "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=SRC)
+
+
 def test_cpu_tensors_without_the_interpreter_raise(monkeypatch):
     monkeypatch.setattr(triton_scan, "interpreting", lambda: False)
     monkeypatch.setattr(triton_scan, "interpreter_requested", lambda: False)
@@ -199,6 +224,39 @@ def test_cpu_tensors_without_the_interpreter_raise(monkeypatch):
     state = memory.initial_state(random_weights(memory, 2), 1)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         scan(memory, random_inputs(memory, 1, 4, 2), state, chunk_size=2, impl="triton")
+
+
+def test_a_model_runs_the_kernels_through_set_runtime(monkeypatch):
+    """``set_runtime(memory_impl="triton")`` reaches every memory layer: the logits, the
+    carried state and the parameter gradients equal the torch chunked form's."""
+    import titans_atlas as ta
+    import titans_atlas.ops.triton as triton_package
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return memory_scan_triton(*args, **kwargs)
+
+    monkeypatch.setattr(triton_package, "memory_scan_triton", spy)
+
+    model = ta.create_model("lmm", vocab_size=32, dim=8, depth=1, num_heads=1, chunk_size=4)
+    model = model.double().to(DEVICE)
+    ids = torch.randint(0, 32, (1, 10), device=DEVICE)
+    results = []
+    for impl in ("chunk", "triton"):
+        model.set_runtime(memory_impl=impl)
+        model.zero_grad()
+        logits, state = model(ids)
+        logits.square().mean().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results.append((logits, state.blocks[0].memory, grads))
+    (y_chunk, s_chunk, g_chunk), (y_tri, s_tri, g_tri) = results
+    assert len(calls) == 1
+    assert_close(y_tri, y_chunk, name="logits")
+    assert_states_close(s_tri, s_chunk)
+    for i, (a, e) in enumerate(zip(g_tri, g_chunk)):
+        assert_close(a, e, name=f"grad {i}")
 
 
 @pytest.mark.slow
@@ -275,10 +333,10 @@ def test_cuda_float32_at_real_widths_matches_float64(memory, window, precision, 
     """Head width 64, hidden 256, chunk 64, 200 tokens: compiled fp32 kernels against the
     float64 torch chunked form (itself equal to the reference to 1e-9)."""
     fused = partial(memory_scan_triton, precision=precision)
-    monkeypatch.setitem(scan_module.IMPLS, "triton-precision", fused)
+    monkeypatch.setitem(scan_module.IMPLS, "triton", fused)
     run = _real_width_case(memory, window)
     expected = run("chunk", "cpu", torch.float64)
-    actual = run("triton-precision", "cuda", torch.float32)
+    actual = run("triton", "cuda", torch.float32)
     assert_close(actual[0].cpu().double(), expected[0], rtol, "y")
     assert_states_close(actual[1].map_tensors(lambda x: x.cpu().double()), expected[1], rtol)
     for i, (a, e) in enumerate(zip(actual[2], expected[2])):

@@ -65,7 +65,11 @@ def test_reset_row_memory_holds_fresh_values(name):
             torch.testing.assert_close(memory.weights[key][1], weight, rtol=0, atol=0)
             assert torch.equal(memory.weights[key][0], old.weights[key][0])
             assert not memory.momentum[key][1].any()
-        assert all(not cache[1].any() for cache in after["memory"].conv.values())
+        layer_after, layer_before = after["memory"], before["memory"]
+        for name in ("conv_q", "conv_k", "conv_v"):
+            cache, old_cache = getattr(layer_after, name), getattr(layer_before, name)
+            assert not cache[1].any(), name
+            assert torch.equal(cache[0], old_cache[0]), name
 
 
 def _row(state, b):

@@ -128,8 +128,8 @@ class NeuralMemory(nn.Module):
     """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data.
 
     Run-time choices live on the module, not in the config (they are never saved with the
-    weights): ``impl`` ("auto" | "chunk" | "reference") and ``checkpoint`` (recompute each
-    chunk in backward), set with ``set_runtime``.
+    weights): ``impl`` ("auto" | "chunk" | "reference" | "triton") and ``checkpoint``
+    (recompute each chunk in backward), set with ``set_runtime``.
     """
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:

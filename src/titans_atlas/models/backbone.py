@@ -69,10 +69,11 @@ class LanguageModel(nn.Module):
         validate: bool | None = None,
     ) -> LanguageModel:
         """Run-time choices -- never saved with the weights. ``memory_impl``: "auto" (default),
-        "chunk" or "reference"; ``memory_checkpoint``: recompute each memory chunk in
-        backward (default False); ``validate``: check input values once per call (token ids
-        in range; default True; skipped anyway while torch.compile traces). None leaves a
-        choice as it is. Returns the model."""
+        "chunk", "reference" or "triton" (fused GPU kernels, docs/gpu.md);
+        ``memory_checkpoint``: recompute each memory chunk in backward (default False);
+        ``validate``: check input values once per call (token ids in range; default True;
+        skipped anyway while torch.compile traces). None leaves a choice as it is. Returns
+        the model."""
         if validate is not None:
             check_bool("validate", validate)
             self.validate = validate

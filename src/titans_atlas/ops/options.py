@@ -19,8 +19,9 @@ from ..validation import check_choice, check_int
 # The update rules of the recurrence (docs/memory.md, sections 2 and 7).
 UPDATE_RULES = ("momentum", "muon", "muon_chunk")
 READ_MODES = ("after", "before")
-# "auto": the per-token loop for calls of at most max(1, C // 16) tokens, else the chunked form.
-SCAN_IMPLS = ("auto", "chunk", "reference")
+# "auto": the per-token loop for calls of at most max(1, C // 16) tokens, else the chunked form;
+# "triton": the fused GPU kernels (extra [triton]; docs/gpu.md), only when asked for.
+SCAN_IMPLS = ("auto", "chunk", "reference", "triton")
 # The older ``muon=`` spelling of the rule (still a keyword of ``memory_scan``).
 MUON_VALUES = (False, True, "token", "chunk")
 _RULE_OF_MUON = (("momentum", False), ("muon", True), ("muon", "token"), ("muon_chunk", "chunk"))

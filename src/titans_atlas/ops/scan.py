@@ -2,12 +2,14 @@
 
 Axes: B batch, T tokens, H heads, Dk key/query width, Dv value width, c Omega window.
 Bundles the keyword arguments into ``MemoryGates`` and ``ScanOptions``, checks the input,
-prepares the state, and dispatches to one of two forms with one signature:
-``memory_scan_reference`` (the per-token loop) or ``memory_scan_chunk`` (the chunked dual form).
+prepares the state, and dispatches to one of the forms with one signature:
+``memory_scan_reference`` (the per-token loop), ``memory_scan_chunk`` (the chunked dual form)
+or, when asked for, ``ops.triton.memory_scan_triton`` (the chunked form's loop fused on a GPU).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import torch
@@ -20,7 +22,30 @@ from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
 from .state import MemoryState
 
-IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk}
+
+def _fused_triton(
+    memory: MemoryModel,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    gates: MemoryGates,
+    state: MemoryState,
+    options: ScanOptions,
+) -> tuple[torch.Tensor, MemoryState]:
+    """``ops.triton.memory_scan_triton`` (docs/gpu.md), imported on first use: ``import
+    titans_atlas`` never imports triton (an optional extra)."""
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError(
+            "impl='triton' needs the triton package: pip install 'titans-atlas[triton]' "
+            "(or use impl='chunk')"
+        )
+    from .triton import memory_scan_triton as fused
+
+    return fused(memory, q, k, v, gates=gates, state=state, options=options)
+
+
+IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk, "triton": _fused_triton}
 # A chunked call costs about one full chunk however few tokens it holds, the per-token loop
 # about T tokens; the loop wins up to roughly C / 16 tokens (benchmarks/memory_scan.py, "auto").
 AUTO_TOKENS_PER_CHUNK = 16
@@ -61,7 +86,10 @@ def memory_scan(
             per chunk, at the token that closes it; a different model, see docs/memory.md).
         read: "after" (y_t = f(W_t, q_t)) or "before" (y_t = f(W_{t-1}, q_t)).
         impl: "chunk", "reference" or "auto" (the per-token loop for calls of at most
-            max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise).
+            max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise), or
+            "triton": the chunked form with its chunk loop fused into Triton kernels (CUDA,
+            extra [triton]; the Titans momentum rule and linear / depth-2 MLP memories only,
+            a ValueError naming anything else; docs/gpu.md).
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
         update_rule: the rule by name, "momentum", "muon" or "muon_chunk" (``UPDATE_RULES``);
             the alternative to ``muon=`` (give one of the two).

@@ -92,13 +92,13 @@ def load_chunk_coefficients(
     """Chunk ``cn``'s coefficients (docs/memory.md, sections 3-4; coefficients.py):
     read rows [C], the read weight matrix [C, U], end-of-chunk scalars and columns [U]."""
     i, u = tl.arange(0, BC), tl.arange(0, BU)
-    read_decay = load_row(rd + cn * C, i, C)
+    read_keep = load_row(rd + cn * C, i, C)
     read_momentum = load_row(rm + cn * C, i, C)
     read_grad = load_tile(rg + cn * C * U, i, u, C, U, U)
     end_grad = load_row(eg + cn * U, u, U)
     momentum_grad = load_row(mg + cn * U, u, U)
     scalars = (tl.load(ed + cn), tl.load(em + cn), tl.load(md + cn))
-    return read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad
+    return read_keep, read_momentum, read_grad, scalars, end_grad, momentum_grad
 
 
 @device_function

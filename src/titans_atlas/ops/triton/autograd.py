@@ -3,8 +3,10 @@
 Axes: G = B * H independent memories, N chunks, C rows per chunk, U = C + c - 1 key
 columns, Dk/Dv key/value width, Dh hidden width. Inputs are contiguous chunk grids
 (``q`` ``[G, N, C, Dk]``, ``k`` ``[G, N, U, Dk]``, ``v`` ``[G, N, U, Dv]``) and the per-chunk
-coefficients of ``coefficients.plain_coefficients`` flattened the same way; states are
-``[G, d_in, d_out]``. The forward keeps the start state of every chunk (only when a
+coefficients of ``coefficients.momentum_coefficients`` flattened the same way; states are
+``[G, d_in, d_out]``. Kernel argument names abbreviate the ``MomentumCoefficients`` fields:
+rd read_keep, rm read_momentum, rg read_grad, ed end_keep, em end_momentum, eg end_grad,
+md momentum_carry, mg momentum_grad. The forward keeps the start state of every chunk (only when a
 gradient is wanted); the backward recomputes everything else per chunk from them.
 """
 

@@ -43,20 +43,20 @@ def linear_forward_kernel(
         qn = load_tile(q + cn * C * DK, i, dk, C, DK, DK)
         kn = load_tile(k + cn * U * DK, u, dk, U, DK, DK)
         vn = load_tile(v + cn * U * DV, u, dv, U, DV, DV)
-        read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
+        read_keep, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
-        end_decay, end_momentum, momentum_decay = scalars
+        end_keep, end_momentum, momentum_carry = scalars
         delta = tl.dot(kn, wb, input_precision=PREC) - vn
         scores = read_grad * tl.dot(qn, tl.trans(kn), input_precision=PREC)
-        out = read_decay[:, None] * tl.dot(qn, w, input_precision=PREC)
+        out = read_keep[:, None] * tl.dot(qn, w, input_precision=PREC)
         out += read_momentum[:, None] * tl.dot(qn, s, input_precision=PREC)
         out -= tl.dot(scores, delta, input_precision=PREC)
         store_tile(y + cn * C * DV, out, i, dv, C, DV, DV)
         kt = tl.trans(kn)
-        w_next = end_decay * w + end_momentum * s
+        w_next = end_keep * w + end_momentum * s
         w_next -= tl.dot(kt, end_grad[:, None] * delta, input_precision=PREC)
-        s = momentum_decay * s - tl.dot(kt, momentum_grad[:, None] * delta, input_precision=PREC)
+        s = momentum_carry * s - tl.dot(kt, momentum_grad[:, None] * delta, input_precision=PREC)
         w = w_next
         wb = w_next
     last = (bh * slots + (N if SAVE else N % 2)) * DK * DV
@@ -91,17 +91,17 @@ def linear_backward_kernel(
         kn = load_tile(k + cn * U * DK, u, dk, U, DK, DK)
         vn = load_tile(v + cn * U * DV, u, dv, U, DV, DV)
         g_out = load_tile(gy + cn * C * DV, i, dv, C, DV, DV)
-        read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
+        read_keep, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
-        end_decay, end_momentum, momentum_decay = scalars
+        end_keep, end_momentum, momentum_carry = scalars
         delta = tl.dot(kn, wb, input_precision=PREC) - vn
         qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
         scores = read_grad * qk
         # reads: y = rd (q W) + rm (q S) - scores D
         g_rd = tl.sum(g_out * tl.dot(qn, w, input_precision=PREC), axis=1)
         g_rm = tl.sum(g_out * tl.dot(qn, s, input_precision=PREC), axis=1)
-        g_q = read_decay[:, None] * tl.dot(g_out, tl.trans(w), input_precision=PREC)
+        g_q = read_keep[:, None] * tl.dot(g_out, tl.trans(w), input_precision=PREC)
         g_q += read_momentum[:, None] * tl.dot(g_out, tl.trans(s), input_precision=PREC)
         g_scores = -tl.dot(g_out, tl.trans(delta), input_precision=PREC)  # [C, U]
         g_rg = g_scores * qk
@@ -130,9 +130,9 @@ def linear_backward_kernel(
             grd, grm, grg, ged, gem, geg, gmd, gmg, cn, C, U,
             g_rd, g_rm, g_rg, g_ed, g_em, g_eg, g_md, g_mg, BC, BU,
         )  # fmt: skip
-        g_w_start = end_decay * g_w
-        g_w_start += tl.dot(tl.trans(qn), read_decay[:, None] * g_out, input_precision=PREC)
-        g_s = end_momentum * g_w + momentum_decay * g_s
+        g_w_start = end_keep * g_w
+        g_w_start += tl.dot(tl.trans(qn), read_keep[:, None] * g_out, input_precision=PREC)
+        g_s = end_momentum * g_w + momentum_carry * g_s
         g_s += tl.dot(tl.trans(qn), read_momentum[:, None] * g_out, input_precision=PREC)
         # the base weights of chunk n > 0 are its start weights; chunk 0's are separate
         g_w = g_w_start + tl.where(n > 0, g_wb, 0.0) + tl.where(n == N - 1, g_last, 0.0)

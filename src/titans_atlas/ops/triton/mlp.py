@@ -112,10 +112,10 @@ def mlp_forward_kernel(
         qn = load_tile(q + cn * C * DK, i, dk, C, DK, DK)
         kn = load_tile(k + cn * U * DK, u, dk, U, DK, DK)
         vn = load_tile(v + cn * U * DV, u, dv, U, DV, DV)
-        read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
+        read_keep, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
-        end_decay, end_momentum, momentum_decay = scalars
+        end_keep, end_momentum, momentum_carry = scalars
         scores1 = read_grad * tl.dot(qn, tl.trans(kn), input_precision=PREC)
         delta2 = factor_delta(kn, vn, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, nt,
                               BU, BT, BV, ACT, RESIDUAL, PREC)  # fmt: skip
@@ -127,19 +127,19 @@ def mlp_forward_kernel(
             _, h, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
-            _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, read_decay, read_momentum,
+            _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
                                     ACT, PREC)  # fmt: skip
-            out += read_decay[:, None] * tl.dot(hq, w2_t, input_precision=PREC)
+            out += read_keep[:, None] * tl.dot(hq, w2_t, input_precision=PREC)
             out += read_momentum[:, None] * tl.dot(hq, s2_t, input_precision=PREC)
             hh += tl.dot(hq, tl.trans(h), input_precision=PREC)
             kt, ht = tl.trans(kn), tl.trans(h)
-            w1_n = end_decay * w1_t + end_momentum * s1_t
+            w1_n = end_keep * w1_t + end_momentum * s1_t
             w1_n -= tl.dot(kt, end_grad[:, None] * d1, input_precision=PREC)
-            s1_n = momentum_decay * s1_t
+            s1_n = momentum_carry * s1_t
             s1_n -= tl.dot(kt, momentum_grad[:, None] * d1, input_precision=PREC)
-            w2_n = end_decay * w2_t + end_momentum * s2_t
+            w2_n = end_keep * w2_t + end_momentum * s2_t
             w2_n -= tl.dot(ht, end_grad[:, None] * delta2, input_precision=PREC)
-            s2_n = momentum_decay * s2_t
+            s2_n = momentum_carry * s2_t
             s2_n -= tl.dot(ht, momentum_grad[:, None] * delta2, input_precision=PREC)
             store_tile(w1_st + nxt * sz1, w1_n, dk, hid, DK, DH, DH)
             store_tile(s1_st + nxt * sz1, s1_n, dk, hid, DK, DH, DH)

@@ -137,10 +137,10 @@ def mlp_backward_kernel(
         kn = load_tile(k + cn * U * DK, u, dk, U, DK, DK)
         vn = load_tile(v + cn * U * DV, u, dv, U, DV, DV)
         g_out = load_tile(gy + cn * C * DV, i, dv, C, DV, DV)
-        read_decay, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
+        read_keep, read_momentum, read_grad, scalars, end_grad, momentum_grad = (
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
-        end_decay, end_momentum, momentum_decay = scalars
+        end_keep, end_momentum, momentum_carry = scalars
         qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
         scores1 = read_grad * qk
         delta2, h_gw2, h_gs2 = _output_error(
@@ -150,7 +150,7 @@ def mlp_backward_kernel(
         g_delta2 = -end_grad[:, None] * h_gw2 - momentum_grad[:, None] * h_gs2
         g_eg = -tl.sum(h_gw2 * delta2, axis=1)
         g_mg = -tl.sum(h_gs2 * delta2, axis=1)
-        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scores1, read_decay, read_momentum,
+        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scores1, read_keep, read_momentum,
                                         b1, b2, w1, s1, w2, s2, n, dk, dv, DK, DH, DV, nt,
                                         BC, BU, BT, BV, ACT, PREC)  # fmt: skip
         g_scores2 = -tl.dot(g_out, tl.trans(delta2), input_precision=PREC)  # [C, U]
@@ -174,20 +174,20 @@ def mlp_backward_kernel(
             _, h, dh, ddh, p, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
-            qw, qs, hq, dhq = read_tile(qn, scores1, d1, w1_t, s1_t, read_decay, read_momentum,
+            qw, qs, hq, dhq = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
                                         ACT, PREC)  # fmt: skip
             gi_w1_t = load_tile(gi_w1, dk, hid, DK, DH, DH)
             gi_s1_t = load_tile(gi_s1, dk, hid, DK, DH, DH)
             gi_w2_t = load_tile(gi_w2, hid, dv, DH, DV, DV)
             gi_s2_t = load_tile(gi_s2, hid, dv, DH, DV, DV)
             # layer-2 read -> layer-1 read
-            g_hq = read_decay[:, None] * tl.dot(g_out, tl.trans(w2_t), input_precision=PREC)
+            g_hq = read_keep[:, None] * tl.dot(g_out, tl.trans(w2_t), input_precision=PREC)
             g_hq += read_momentum[:, None] * tl.dot(g_out, tl.trans(s2_t), input_precision=PREC)
             g_hq += tl.dot(g_hh, h, input_precision=PREC)
             g_zq = g_hq * dhq
             g_rd += tl.sum(g_zq * qw, axis=1)
             g_rm += tl.sum(g_zq * qs, axis=1)
-            g_q += read_decay[:, None] * tl.dot(g_zq, tl.trans(w1_t), input_precision=PREC)
+            g_q += read_keep[:, None] * tl.dot(g_zq, tl.trans(w1_t), input_precision=PREC)
             g_q += read_momentum[:, None] * tl.dot(g_zq, tl.trans(s1_t), input_precision=PREC)
             g_scores1 -= tl.dot(g_zq, tl.trans(d1), input_precision=PREC)
             # D1's gradient: layer-1 read and end state
@@ -208,13 +208,13 @@ def mlp_backward_kernel(
             store_tile(scratch_z, g_h * dh + g_d1 * p * ddh, u, hid, BU, dhp, dhp)
             store_tile(scratch_p, g_p, u, hid, BU, dhp, dhp)
             # start-state gradient (the last chunk's start weights are an output too)
-            g_w1 = end_decay * gi_w1_t + load_tile(gw1_last, dk, hid, last_k, DH, DH)
-            g_w1 += tl.dot(tl.trans(qn), read_decay[:, None] * g_zq, input_precision=PREC)
-            g_s1 = end_momentum * gi_w1_t + momentum_decay * gi_s1_t
+            g_w1 = end_keep * gi_w1_t + load_tile(gw1_last, dk, hid, last_k, DH, DH)
+            g_w1 += tl.dot(tl.trans(qn), read_keep[:, None] * g_zq, input_precision=PREC)
+            g_s1 = end_momentum * gi_w1_t + momentum_carry * gi_s1_t
             g_s1 += tl.dot(tl.trans(qn), read_momentum[:, None] * g_zq, input_precision=PREC)
-            g_w2 = end_decay * gi_w2_t + load_tile(gw2_last, hid, dv, last_h, DV, DV)
-            g_w2 += tl.dot(tl.trans(hq), read_decay[:, None] * g_out, input_precision=PREC)
-            g_s2 = end_momentum * gi_w2_t + momentum_decay * gi_s2_t
+            g_w2 = end_keep * gi_w2_t + load_tile(gw2_last, hid, dv, last_h, DV, DV)
+            g_w2 += tl.dot(tl.trans(hq), read_keep[:, None] * g_out, input_precision=PREC)
+            g_s2 = end_momentum * gi_w2_t + momentum_carry * gi_s2_t
             g_s2 += tl.dot(tl.trans(hq), read_momentum[:, None] * g_out, input_precision=PREC)
             store_tile(go_w1, g_w1, dk, hid, DK, DH, DH)
             store_tile(go_s1, g_s1, dk, hid, DK, DH, DH)

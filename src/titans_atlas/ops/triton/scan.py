@@ -3,7 +3,7 @@
 Axes: B batch, T tokens, H heads, Dk/Dv key/value width, N chunks, C chunk size, U = C + c - 1.
 Same arguments and result as ``memory_scan_chunk`` (inputs validated, state prepared and in
 the compute dtype by ``memory_scan``). The gate-only work (log-space coefficient matrices,
-Omega band, read "before" shift) is the torch form's own ``plain_coefficients``: a fixed
+Omega band, read "before" shift) is the torch form's own ``momentum_coefficients``: a fixed
 number of batched launches whatever the length, differentiated by autograd. The sequential
 chunk loop -- where the torch form issues ~50 launches per chunk forward and ~140 backward
 for the MLP memory -- is one kernel forward and one backward (docs/gpu.md).
@@ -16,8 +16,9 @@ import math
 import torch
 from einops import rearrange
 
-from ..coefficients import PlainCoefficients, plain_coefficients
+from ..coefficients import MomentumCoefficients, momentum_coefficients
 from ..memory_models import LinearMemory, MemoryModel, MLPMemory
+from ..options import MemoryGates, ScanOptions
 from ..scan_chunk import _grid_gates, _key_windows, _to_grid
 from ..state import MemoryState, last_tokens
 from ._tiles import interpreter_requested, interpreting
@@ -28,12 +29,14 @@ from .autograd import ACTIVATION_CODES, LinearScan, MLPScan
 PRECISIONS = ("ieee", "tf32x3", "tf32")
 
 
-def check_supported(memory: MemoryModel, muon: str | None, device: torch.device, dtype) -> None:
+def check_supported(
+    memory: MemoryModel, options: ScanOptions, device: torch.device, dtype: torch.dtype
+) -> None:
     """Raise ValueError naming the option the fused kernels do not implement."""
-    if muon is not None:
+    if options.update_rule != "momentum":
         raise ValueError(
-            f"impl='triton' implements the Titans momentum rule only, got muon={muon!r} "
-            "(use impl='chunk' for Muon)"
+            "impl='triton' implements the Titans momentum rule only, got "
+            f"update_rule={options.update_rule!r} (use impl='chunk' for Muon)"
         )
     if isinstance(memory, MLPMemory):
         if memory.depth != 2:
@@ -59,12 +62,12 @@ def check_supported(memory: MemoryModel, muon: str | None, device: torch.device,
         )
 
 
-def _flat_coefficients(coef: PlainCoefficients) -> list[torch.Tensor]:
+def _flat_coefficients(coef: MomentumCoefficients) -> list[torch.Tensor]:
     """The 8 coefficient fields ``[B, H, N, ...]`` -> contiguous ``[B*H, N, ...]``, in the
     kernels' order."""
     fields = (
-        coef.read_decay, coef.read_momentum, coef.read_grad, coef.end_decay,
-        coef.end_momentum, coef.end_grad, coef.momentum_decay, coef.momentum_grad,
+        coef.read_keep, coef.read_momentum, coef.read_grad, coef.end_keep,
+        coef.end_momentum, coef.end_grad, coef.momentum_carry, coef.momentum_grad,
     )  # fmt: skip
     return [x.reshape(-1, *x.shape[2:]).contiguous() for x in fields]
 
@@ -119,37 +122,31 @@ def memory_scan_triton(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    lr: torch.Tensor,
-    momentum: torch.Tensor,
-    decay: torch.Tensor,
+    *,
+    gates: MemoryGates,
     state: MemoryState,
-    chunk_size: int,
-    omega_window: int,
-    omega_gate: torch.Tensor | None,
-    muon: str | None,
-    read: str,
-    checkpoint: bool,
+    options: ScanOptions,
     precision: str = "ieee",
 ) -> tuple[torch.Tensor, MemoryState]:
     """Fused chunked dual form; same arguments and result as ``memory_scan_chunk``.
 
-    ``checkpoint`` has no effect: the fused backward already recomputes every chunk from its
-    saved start state. ``precision`` is ``tl.dot``'s input precision for float32 (see
-    ``PRECISIONS``); float64 is always exact.
+    ``options.checkpoint`` has no effect: the fused backward already recomputes every chunk
+    from its saved start state. ``precision`` is ``tl.dot``'s input precision for float32
+    (see ``PRECISIONS``); float64 is always exact.
     """
     dtype = next(iter(state.weights.values())).dtype
-    check_supported(memory, muon, q.device, dtype)
+    check_supported(memory, options, q.device, dtype)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
     batch, length, heads = q.shape[:3]
-    size, window = chunk_size, omega_window
+    size, window = options.chunk_size, options.omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
     right = num_chunks * size - left - length
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
-    gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
-    coefs = _flat_coefficients(plain_coefficients(gates, read))
+    grid_gates = _grid_gates(gates, state.position, left, right, size)
+    coefs = _flat_coefficients(momentum_coefficients(grid_gates, options.read))
     grids = _chunk_grids(q, k, v, state, left, right, size)
     y, weights, moms, last_start = _fused_loop(memory, grids, coefs, state, precision)
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
