@@ -21,11 +21,6 @@ import pytest
 
 import titans_atlas
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(titans_atlas.__file__).resolve().parent
 CORE = {"torch", "einops", "safetensors", "numpy"}
@@ -42,6 +37,10 @@ def pyproject() -> dict:
     path = ROOT / "pyproject.toml"
     if not path.exists():
         pytest.skip("no pyproject.toml beside the tests")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: only these tests need tomli ([train] has it)
+        tomllib = pytest.importorskip("tomli")
     return tomllib.loads(path.read_text())
 
 
