@@ -26,6 +26,7 @@ def test_readme_has_two_quickstart_commands_and_ci_runs_the_test_one():
     assert not any("torch" in command.split("&&")[0] for command in commands), commands
     first_torch = next(i for i, line in enumerate(ci) if line.startswith("pip install torch"))
     assert first_torch < ci.index(commands[1])
+    assert {"ruff check .", "ruff format --check ."} <= set(ci), "CI lints and checks formatting"
 
 
 def test_readme_example_runs(tmp_path):
