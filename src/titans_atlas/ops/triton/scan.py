@@ -136,6 +136,12 @@ def memory_scan_triton(
     """
     dtype = next(iter(state.weights.values())).dtype
     check_supported(memory, options, q.device, dtype)
+    if gates.decay_to is not None:
+        raise ValueError(
+            "impl='triton' decays toward zero only, got decay_to (use impl='chunk'; docs/gpu.md)"
+        )
+    if options.max_grad_norm is not None:
+        raise ValueError("impl='triton' does not clip yet, got max_grad_norm")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
