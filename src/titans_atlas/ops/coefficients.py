@@ -171,6 +171,9 @@ def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoef
     ``per_chunk`` (rule "muon_chunk") the NS5 step is taken only at the token that closes a
     chunk (row C - 1): M = 1 and P[i, 0] = [i = C - 1] theta_{C-1}."""
     keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
+    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
+    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
+    carry = carry * gates.valid[..., None, :].to(carry.dtype)  # E[m, s], padding columns s zeroed
     if per_chunk:
         rows_carry = carry_from_start[..., -1:]
         rows_grad = _apply_band(carry[..., -1:, :], gates.band)
