@@ -15,7 +15,6 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import titans_atlas as ta
-from titans_atlas.layers.memory_config import UNBOUNDED_GATES
 from titans_atlas.generate import generate
 from titans_atlas.integrations.hf import (
     TitansAtlasCache,
@@ -25,6 +24,7 @@ from titans_atlas.integrations.hf import (
     import_hf,
     to_hf_model,
 )
+from titans_atlas.layers.memory_config import UNBOUNDED_GATES
 
 GENERATION_MODELS = ["lmm", "mac", "mag", "mal", "atlas", "omeganet", "swa", "transformer"]
 
