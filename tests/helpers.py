@@ -112,12 +112,20 @@ def assert_states_close(actual, expected, rtol=1e-9):
 
 
 def run_both(
-    memory, inputs, weights, init_momentum, state_fn=None, impls=("reference", "chunk"), **kwargs
+    memory,
+    inputs,
+    weights,
+    init_momentum,
+    state_fn=None,
+    impls=("reference", "chunk"),
+    extra_leaves=(),
+    **kwargs,
 ):
     """Run two implementations (reference and chunk unless ``impls`` says otherwise) from the
-    same leaves; return (outputs, states, grads) pairs."""
+    same leaves (plus ``extra_leaves``, tensors inside ``kwargs`` such as a decay target);
+    return (outputs, states, grads) pairs."""
     leaves = [x for x in (inputs[n] for n in INPUT_NAMES) if x is not None]
-    leaves += list(weights.values()) + list(init_momentum.values())
+    leaves += list(weights.values()) + list(init_momentum.values()) + list(extra_leaves)
     for leaf in leaves:
         leaf.requires_grad_(True)
     results = []

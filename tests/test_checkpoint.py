@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 
 import titans_atlas as ta
+from titans_atlas.layers.memory_config import UNBOUNDED_GATES
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -157,8 +158,20 @@ def test_from_pretrained_beside_save_pretrained(saved):
         type(tiny("lmm")).from_pretrained(saved)
 
 
+def write_v2(directory: Path) -> None:
+    """Rewrite a saved config as format 2 wrote it: no stability fields in the memory."""
+    path = directory / "config.json"
+    meta = json.loads(path.read_text())
+    for key in UNBOUNDED_GATES:
+        meta["config"]["memory"].pop(key)
+    meta["version"] = 2
+    path.write_text(json.dumps(meta))
+
+
 def write_v1(directory: Path, muon) -> None:
-    """Rewrite a saved config as format 1 wrote it: muon/impl/checkpoint in the memory."""
+    """Rewrite a saved config as format 1 wrote it: muon/impl/checkpoint in the memory (and,
+    as format 2, no stability fields)."""
+    write_v2(directory)
     path = directory / "config.json"
     meta = json.loads(path.read_text())
     memory = meta["config"]["memory"]
@@ -173,7 +186,7 @@ def write_v1(directory: Path, muon) -> None:
     [("atlas", True, "muon"), ("omeganet", False, "momentum"), ("atlas", "chunk", "muon_chunk")],
 )
 def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
-    model = tiny(name, update_rule=rule)
+    model = tiny(name, update_rule=rule, **UNBOUNDED_GATES)
     model.save_pretrained(tmp_path)
     write_v1(tmp_path, muon)
     loaded = ta.load_model(tmp_path)
@@ -183,10 +196,42 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_2_is_written_without_runtime_choices(saved):
+def test_format_3_is_written_with_the_stability_fields_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 2
+    assert meta["version"] == 3
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
+    assert set(UNBOUNDED_GATES) <= set(meta["config"]["memory"])
+
+
+@pytest.mark.parametrize("name", ["lmm", "atlas"])
+def test_format_2_checkpoints_load_as_the_unbounded_layer_they_were(tmp_path, name):
+    """A format-2 config has no stability fields: it loads with the values that give the
+    layer it was trained as (gates sigmoid(.), no clip, decay toward zero), not with today's
+    defaults -- same logits as the model built that way, and the old gate formula."""
+    model = tiny(name, **UNBOUNDED_GATES)
+    model.save_pretrained(tmp_path)
+    write_v2(tmp_path)
+    loaded = ta.load_model(tmp_path)
+    assert loaded.config == model.config
+    for key, value in UNBOUNDED_GATES.items():
+        assert getattr(loaded.config.memory, key) == value
+    assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
+    layer = next(m for m in loaded.modules() if isinstance(m, ta.NeuralMemory))
+    x = torch.randn(1, 3, layer.to_gates.in_features)
+    raw = torch.sigmoid(layer.to_gates(x)).view(1, 3, -1, layer.num_heads)  # [B, T, G, H]
+    lr, momentum, decay, _ = layer._gates(x)
+    torch.testing.assert_close(lr, raw[:, :, 0] * layer.config.lr_max)
+    torch.testing.assert_close(momentum, raw[:, :, 1])
+    torch.testing.assert_close(decay, raw[:, :, 2])
+
+
+def test_a_format_2_config_with_stability_fields_is_refused(tmp_path):
+    tiny("lmm").save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    meta = json.loads(path.read_text())
+    meta["version"] = 2
+    path.write_text(json.dumps(meta))
+    load_fails(tmp_path, "format 2 has no config.memory field", "decay_min")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,9 +6,13 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 2 (written now) holds the architecture only; 1 also held ``muon``, ``impl``
-and ``checkpoint`` in the memory config, read as ``update_rule`` with the two run-time
-choices dropped (set them with ``model.set_runtime``).
+Format versions: 3 (written now) holds the architecture only, the memory's stability fields
+included. 2 predates those fields (``momentum_max``, ``decay_min``, ``max_grad_norm``,
+``decay_target``); it is read with the values that reproduce the function it was trained as
+-- unbounded gates, no clip, decay toward zero (``UNBOUNDED_GATES``) -- not with today's
+defaults, which would silently change a trained model. 1 also held ``muon``, ``impl`` and
+``checkpoint`` in the memory config, read as ``update_rule`` with the two run-time choices
+dropped (set them with ``model.set_runtime``).
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save_model as save_safetensors
 
-from .layers.neural_memory import MemoryConfig
+from .layers.memory_config import UNBOUNDED_GATES, MemoryConfig
 from .models.backbone import MODELS, LanguageModel, build_model
 from .models.config import ModelConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -68,7 +72,7 @@ def load_model(
     for path in (config_path, weights_path):
         if not path.is_file():
             raise CheckpointError(f"checkpoint is missing {path}")
-    config = _read_config(config_path)
+    config = read_config(config_path)
     saved_as = _weights_model_name(weights_path)
     if saved_as is not None and saved_as != config.name:
         raise CheckpointError(
@@ -157,7 +161,9 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"cannot read weights from {path}: {err}") from err
 
 
-def _read_config(path: Path) -> ModelConfig:
+def read_config(path: Path) -> ModelConfig:
+    """The ModelConfig in a ``config.json`` of any readable format version, upgraded to the
+    current fields; CheckpointError if it is not one (the MLX loader reads configs here too)."""
     try:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -174,6 +180,8 @@ def _read_config(path: Path) -> ModelConfig:
         raise CheckpointError(f"{path}: 'config' and 'config.memory' must be JSON objects")
     if version == 1:
         config = _upgrade_v1(config, path)
+    if version in (1, 2):
+        config = _upgrade_v2(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -204,3 +212,12 @@ def _upgrade_v1(config: dict, path: Path) -> dict:
             raise CheckpointError(f"{path}: config.memory.muon={muon!r} is not a known setting")
         memory["update_rule"] = rule
     return {**config, "memory": memory}
+
+
+def _upgrade_v2(config: dict, path: Path) -> dict:
+    """Format 2 -> 3: the memory's stability fields did not exist; the layer then had
+    unbounded gates, no clip and decay toward zero, so those are the values it is read with."""
+    present = sorted(set(UNBOUNDED_GATES) & set(config["memory"]))
+    if present:
+        raise CheckpointError(f"{path}: format 2 has no config.memory field(s) {present}")
+    return {**config, "memory": {**config["memory"], **UNBOUNDED_GATES}}

@@ -49,6 +49,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--save-state", help="save the stream state here at the end")
     parser.add_argument("--quantize", choices=["none", "int8"], default="none")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--backend", choices=["torch", "mlx"], default="torch",
+        help="mlx: run the model with MLX (extra [mlx]); sampling options are the same",
+    )  # fmt: skip
     parser.set_defaults(func=run_generate)
 
 
@@ -105,7 +109,11 @@ def stream_generate(
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    logits, state = prefill(model, prompt, state)
+    if isinstance(model, LanguageModel):
+        logits, state = prefill(model, prompt, state)
+    else:  # an MLX model behind the torch API (--backend mlx)
+        out_logits, state = model(prompt, state, last_only=True)
+        logits = out_logits[:, -1]
     sampler = Sampler(sampling, prompt, model.config.vocab_size, seed)
     printer, new = TextPrinter(tokenizer, out), []
     for _ in range(max_new_tokens):
@@ -124,7 +132,10 @@ def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelStat
     from .train.checkpoint import resolve_model_dir
 
     directory = resolve_model_dir(args.checkpoint, "best" if args.best else "latest")
-    model = load_model(directory, device=args.device).eval()
+    if args.backend == "mlx":
+        model = _load_mlx(directory, args)
+    else:
+        model = load_model(directory, device=args.device).eval()
     tokenizer = (
         load_tokenizer(directory)
         if (directory / "tokenizer_spec.json").is_file()
@@ -143,6 +154,24 @@ def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelStat
             raise ValueError("--quantize int8 is a CPU inference option")
         model = quantize_int8(model)
     return model, tokenizer, state
+
+
+def _load_mlx(directory: Path, args: argparse.Namespace):
+    """The checkpoint in MLX behind the torch API; the options that are torch-only refused."""
+    torch_only = {
+        "--load-state": args.load_state, "--save-state": args.save_state,
+        "--quantize int8": args.quantize == "int8", f"--device {args.device}": args.device != "cpu",
+    }  # fmt: skip
+    given = [name for name, value in torch_only.items() if value]
+    if given:
+        raise ValueError(f"--backend mlx does not take {', '.join(given)} (torch only)")
+    try:
+        from .mlx.torch_bridge import load_for_torch
+    except ImportError as err:
+        raise ValueError(
+            f"--backend mlx needs MLX: pip install 'titans-atlas[mlx]' ({err})"
+        ) from err
+    return load_for_torch(directory)
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from titans_atlas.integrations.hf import (
     import_hf,
     to_hf_model,
 )
+from titans_atlas.layers.memory_config import UNBOUNDED_GATES
 
 GENERATION_MODELS = ["lmm", "mac", "mag", "mal", "atlas", "omeganet", "swa", "transformer"]
 
@@ -241,6 +242,19 @@ def test_loss_is_the_shifted_cross_entropy():
     torch.testing.assert_close(loss, expected)
     loss.backward()  # trains through the wrapper: gradients reach our parameters
     assert model.embed.weight.grad is not None and model.embed.weight.grad.abs().sum() > 0
+
+
+def test_a_config_saved_before_the_stability_fields_keeps_its_layer():
+    """An HF folder written before momentum_max / decay_min / max_grad_norm / decay_target
+    existed has a complete memory dict without them: it reads as the unbounded layer it was;
+    a partial dict takes today's defaults."""
+    saved = ta.model_config("lmm").to_dict()
+    for key in UNBOUNDED_GATES:
+        saved["memory"].pop(key)
+    memory = TitansAtlasConfig(titans=saved).model_config.memory
+    assert all(getattr(memory, key) == value for key, value in UNBOUNDED_GATES.items())
+    partial = TitansAtlasConfig(titans={"name": "lmm", "memory": {"chunk_size": 8}})
+    assert partial.model_config.memory.max_grad_norm == ta.MemoryConfig().max_grad_norm
 
 
 def test_config_mirrors_must_agree_with_the_model_config():

@@ -70,6 +70,24 @@ def test_untied_head_and_no_persistent_tokens_load(tmp_path):
     assert_close(tam.load_model(tmp_path)(to_mx(ids))[0], expected, RTOL_F32, "logits")
 
 
+@pytest.mark.parametrize(
+    "stability",
+    [
+        {"decay_target": "init", "max_grad_norm": 0.05},  # the clip binds on most tokens
+        {"momentum_max": 1.0, "decay_min": 0.0, "max_grad_norm": None},  # format-2 layers
+    ],
+    ids=["decay-to-init-clip-binds", "unbounded"],
+)
+@pytest.mark.parametrize("name", ["lmm", "atlas"])
+def test_stability_settings_match_torch(name, stability, tmp_path):
+    model = torch_model(name, **stability)
+    model.save_pretrained(str(tmp_path))
+    ids = tokens(2, 17)
+    with torch.no_grad():
+        expected, _ = model(ids)
+    assert_close(tam.load_model(tmp_path)(to_mx(ids))[0], expected, RTOL_F32, "logits")
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_mlx_checkpoint_loads_in_torch(name, tmp_path):
     mx.random.seed(0)

@@ -68,9 +68,26 @@ def test_chunked_scan_matches_torch(memory_id, chunk_size, length):
 @pytest.mark.parametrize("impl", ["chunk", "reference"])
 @pytest.mark.parametrize("read", ["after", "before"])
 @pytest.mark.parametrize("rule", list(RULES))
-@pytest.mark.parametrize("memory_id", ["linear", "mlp3-silu-res", "gated"])
+@pytest.mark.parametrize("memory_id", ["linear", "mlp3-silu-res", "gated", "affine"])
 def test_rules_match_torch(memory_id, rule, read, impl):
     check_against_torch(memory_id, 11, 4, rule, read, impl)
+
+
+@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("rule", ["momentum", "omega", "omega-muon", "muon-chunk"])
+@pytest.mark.parametrize("memory_id", ["mlp", "gated-res", "affine"])
+def test_clip_and_decay_target_match_torch(memory_id, rule, impl):
+    """max_grad_norm (binding on some tokens) and decay_to (per head) as on the torch side."""
+    window, muon = RULES[rule]
+    memory, inputs, weights, momentum = case(memory_id, 11, window)
+    target = {n: w + 0.5 for n, w in random_weights(memory, 2, torch.float32).items()}
+    options = {"chunk_size": 4, "omega_window": window, "muon": muon, "max_grad_norm": 1.0}
+    y_ref, s_ref = torch_scan(memory, inputs, weights, momentum, decay_to=target, **options)
+    memory_mx = mirror_memory(memory)
+    start = mlx_state(memory_mx, weights, momentum, 2)
+    y, state = mlx_scan(memory_mx, inputs, start, impl=impl, decay_to=to_mx(target), **options)
+    assert_close(y, y_ref, RTOL_F32, "y")
+    assert_states_close(state, s_ref, RTOL_F32)
 
 
 def splits(length, rng):

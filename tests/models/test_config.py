@@ -191,6 +191,16 @@ BAD_VALUES = {
     "init_lr>lr_max": ({"lr_max": 0.05, "init_lr": 0.1}, "init_lr|lr_max"),
     "conv_kernel=0": ({"conv_kernel": 0}, "conv_kernel"),
     "residual='no'": ({"residual": "no"}, "residual"),
+    "momentum_max=0": ({"momentum_max": 0.0}, "momentum_max"),
+    "momentum_max=1.5": ({"momentum_max": 1.5}, "momentum_max"),
+    "init_momentum>=momentum_max": ({"momentum_max": 0.4}, "init_momentum"),
+    "decay_min=1": ({"decay_min": 1.0}, "decay_min"),
+    "decay_min=-0.1": ({"decay_min": -0.1}, "decay_min"),
+    "init_decay<=decay_min": ({"decay_min": 0.01}, "init_decay"),
+    "max_grad_norm=0": ({"max_grad_norm": 0.0}, "max_grad_norm"),
+    "max_grad_norm=nan": ({"max_grad_norm": float("nan")}, "max_grad_norm"),
+    "max_grad_norm='1'": ({"max_grad_norm": "1"}, "max_grad_norm"),
+    "decay_target": ({"decay_target": "mean"}, "decay_target"),
 }
 
 

@@ -77,7 +77,8 @@ def test_a_standalone_memory_layer_is_initialised():
     torch.manual_seed(0)
     layer = ta.NeuralMemory(16, 2, ta.MemoryConfig(chunk_size=4))
     assert all(torch.isfinite(p).all() for p in layer.parameters())
-    lr, momentum, decay = (torch.sigmoid(b).mean().item() for b in layer.to_gates.bias.chunk(3))
-    assert math.isclose(lr * layer.config.lr_max, layer.config.init_lr, rel_tol=1e-5)
+    gates = layer._gates(torch.zeros(1, 1, 16))[:3]  # x = 0: the biases alone
+    lr, momentum, decay = (g.mean().item() for g in gates)
+    assert math.isclose(lr, layer.config.init_lr, rel_tol=1e-5)
     assert math.isclose(momentum, layer.config.init_momentum, rel_tol=1e-5)
     assert math.isclose(decay, layer.config.init_decay, rel_tol=1e-5)

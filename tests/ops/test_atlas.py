@@ -47,7 +47,7 @@ def test_omega_chunk_equals_reference(memory_id, chunk_size, window, read):
 @pytest.mark.parametrize("muon", [True, "chunk"])
 @pytest.mark.parametrize("window", [1, 3])
 @pytest.mark.parametrize("chunk_size", [1, 3, 5])
-@pytest.mark.parametrize("memory_id", ["linear", "mlp", "mlp3-silu-res", "gated-res"])
+@pytest.mark.parametrize("memory_id", ["linear", "mlp", "mlp3-silu-res", "gated-res", "affine"])
 def test_muon_chunk_equals_reference(memory_id, chunk_size, window, muon):
     memory, inputs, weights, momentum = setup_case(memory_id, length=11, window=window)
     for read in ("after", "before"):
@@ -64,11 +64,12 @@ def test_muon_chunk_equals_reference(memory_id, chunk_size, window, muon):
         check_parity(results, rtol=1e-8)
 
 
+@pytest.mark.parametrize("memory_id", ["mlp", "affine"])  # affine: f(W, 0) != 0
 @pytest.mark.parametrize("muon", [False, True, "chunk"])
 @pytest.mark.parametrize("chunk_size, window", [(3, 2), (5, 8), (1, 3)])
-def test_streaming_with_halo_equals_one_call(chunk_size, window, muon):
+def test_streaming_with_halo_equals_one_call(chunk_size, window, muon, memory_id):
     rng = random.Random(f"{chunk_size}{window}{muon}")
-    memory, length = MEMORIES["mlp"], 17
+    memory, length = MEMORIES[memory_id], 17
     inputs = random_inputs(memory, length=length, window=window)
     start = fresh_state(memory, random_weights(memory, 2), 2)
     kwargs = {"chunk_size": chunk_size, "omega_window": window, "muon": muon}

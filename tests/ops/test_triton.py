@@ -24,6 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
+from test_inner_stability import CLIP, clipped_fraction
+
 import titans_atlas.ops.scan as scan_module
 from helpers import (
     assert_close,
@@ -79,6 +81,59 @@ def test_triton_equals_reference(memory_id, length, chunk_size, read, window):
         omega_window=window,
     )  # fmt: skip
     check_parity(results)
+
+
+@pytest.mark.parametrize(
+    "memory_id, length, chunk_size, read, window",
+    [
+        ("linear", 7, 3, "before", 2),
+        ("mlp", 9, 4, "before", 2),
+        ("mlp-silu-res", 7, 3, "after", 3),
+    ],
+)
+def test_clipped_triton_equals_reference(memory_id, length, chunk_size, read, window):
+    """max_grad_norm in the kernels: per token and weight, binding on some tokens only (the
+    clip's share of every gradient included)."""
+    memory, inputs, weights, momentum = case(memory_id, length, window)
+    fraction = clipped_fraction(memory, {n: x.cpu() for n, x in inputs.items() if x is not None},
+                                {n: w.cpu() for n, w in weights.items()}, CLIP)  # fmt: skip
+    assert 0.05 < fraction < 0.95
+    results = run_both(
+        memory, inputs, weights, momentum, impls=BOTH, chunk_size=chunk_size, read=read,
+        omega_window=window, max_grad_norm=CLIP,
+    )  # fmt: skip
+    check_parity(results)
+
+
+def test_clipped_streaming_in_pieces_with_several_hidden_tiles(monkeypatch):
+    """The clip's norms over hidden tiles of 16 (16 + 16 + 8), and pieces of 3, 1 and 6."""
+    monkeypatch.setattr(fused_autograd, "HIDDEN_TILE", 16)
+    memory = MLPMemory(dim_in=5, dim_out=3, expansion=8)
+    monkeypatch.setitem(MEMORIES, "wide", memory)
+    _, inputs, weights, momentum = case("wide", length=10, window=2, heads=1)
+    options = dict(chunk_size=4, omega_window=2, max_grad_norm=CLIP)
+    leaves = [x for x in inputs.values() if x is not None]
+    leaves += list(weights.values()) + list(momentum.values())
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+
+    def start():
+        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
+
+    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
+    state, pieces, edge = start(), [], 0
+    for size in (3, 1, 6):
+        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
+                        **options)  # fmt: skip
+        pieces.append(y)
+        edge += size
+    y_tri = torch.cat(pieces, dim=1)
+    assert_close(y_tri, y_ref)
+    assert_states_close(state, s_ref)
+    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
+    grads_tri = gradients(probe_loss(y_tri, state), leaves)
+    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
+        assert_close(a, e, name=f"grad {i}")
 
 
 def test_several_hidden_tiles_with_a_ragged_last_tile(monkeypatch):
@@ -188,6 +243,15 @@ def test_unsupported_options_raise_naming_the_option(memory, option, match):
     state = memory.initial_state(random_weights(memory, 2), 1)
     with pytest.raises(ValueError, match=match):
         scan(memory, inputs, state, chunk_size=2, impl="triton", **option)
+
+
+def test_a_decay_target_is_refused_naming_it():
+    memory = MEMORIES["mlp"]
+    weights = random_weights(memory, 2)
+    state = memory.initial_state(weights, 1)
+    with pytest.raises(ValueError, match="decay_to"):
+        scan(memory, random_inputs(memory, 1, 4, 2), state, chunk_size=2, impl="triton",
+             decay_to=weights)  # fmt: skip
 
 
 def test_a_missing_triton_package_raises_naming_the_extra(monkeypatch):

@@ -91,6 +91,38 @@ SCAN_CASES = [
         {"omega_window": 2, "omega_gate": torch.full((2, 5, 2, 2), 2.0)},
         ["omega_gate", "[0.0, 1.0]"],
     ),
+    ("max_grad_norm 0", {"max_grad_norm": 0.0}, ["max_grad_norm", "(0.0, inf)"]),
+    ("max_grad_norm -1", {"max_grad_norm": -1.0}, ["max_grad_norm"]),
+    ("max_grad_norm NaN", {"max_grad_norm": NAN}, ["max_grad_norm"]),
+    ("max_grad_norm inf", {"max_grad_norm": math.inf}, ["max_grad_norm"]),
+    ("max_grad_norm a string", {"max_grad_norm": "1"}, ["max_grad_norm"]),
+    ("decay_to a tensor", {"decay_to": torch.zeros(2, 5, 12)}, ["decay_to", "dict"]),
+    ("decay_to missing w2", {"decay_to": {"w1": torch.zeros(2, 5, 10)}}, ["decay_to", "w2"]),
+    (
+        "decay_to for 3 heads",
+        {"decay_to": {"w1": torch.zeros(3, 5, 10), "w2": torch.zeros(3, 10, 3)}},
+        ["decay_to['w1']", "[H] = [2]"],
+    ),
+    (
+        "decay_to for batch 3",
+        {"decay_to": {"w1": torch.zeros(3, 2, 5, 10), "w2": torch.zeros(3, 2, 10, 3)}},
+        ["decay_to['w1']", "[B, H] = [2, 2]"],
+    ),
+    (
+        "decay_to wrong width",
+        {"decay_to": {"w1": torch.zeros(2, 5, 9), "w2": torch.zeros(2, 10, 3)}},
+        ["decay_to['w1']", "5, 10"],
+    ),
+    (
+        "decay_to NaN",
+        {"decay_to": {"w1": with_nan((2, 5, 10)), "w2": torch.zeros(2, 10, 3)}},
+        ["decay_to['w1']", "NaN"],
+    ),
+    (
+        "decay_to integer",
+        {"decay_to": {"w1": torch.zeros(2, 5, 10, dtype=torch.long), "w2": torch.zeros(2, 10, 3)}},
+        ["decay_to['w1']", "floating"],
+    ),
 ]
 
 

@@ -77,6 +77,10 @@ def add_parser(subparsers) -> None:
         "--piece-size", type=parse_length, default=2048, help="tokens per model call"
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--backend", choices=["torch", "mlx"], default="torch",
+        help="mlx: run the model with MLX (extra [mlx]), scored by the same code",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
         "--force", action="store_true", help="run even if the memory estimate exceeds what is free"
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         settings = settings_from(args)
-        loaded = load_checkpoint(args.checkpoint, device=args.device)
+        loaded = load_checkpoint(args.checkpoint, device=args.device, backend=args.backend)
         print(f"{TASKS[args.task].label} on {loaded.model_dir} (sha256 {loaded.sha256[:12]})")
         result = run_task(args.task, loaded.model, loaded.tokenizer, settings)
         result["checkpoint"] = checkpoint_record(loaded)

@@ -51,8 +51,8 @@ class Evaluator:
         """Estimate the peak memory of ``length`` tokens and refuse (MemoryBudgetError) when
         it exceeds what the device has free. Lengths are rounded up to a power of two so the
         probes run once per octave."""
-        if not self.check_budget:
-            return None
+        if not self.check_budget or getattr(self.model, "backend", "torch") != "torch":
+            return None  # the estimate walks torch modules; an MLX model is not checked
         key = 1 << max(0, int(length) - 1).bit_length()
         if key not in self._checked:
             estimate = estimate_peak_memory(self.model, key, self.piece_size)

@@ -41,11 +41,26 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", backend: str = "torch"
+) -> LoadedCheckpoint:
     """Model, tokenizer (``tokenizer_spec.json`` beside the weights; absent means bytes) and
-    the sha256 of the weights. The tokenizer's ids must fit the model's vocabulary."""
+    the sha256 of the weights. The tokenizer's ids must fit the model's vocabulary.
+    ``backend="mlx"``: the model runs in MLX behind the torch API (``mlx/torch_bridge.py``)."""
     model_dir = resolve_model_dir(path)
-    model = load_model(model_dir, device=device).eval()
+    if backend == "mlx":
+        if str(device) != "cpu":
+            raise ValueError(f"--backend mlx picks its own device; got --device {device}")
+        from .extras import require
+
+        require("mlx.core", "--backend mlx", extra="mlx")
+        from ..mlx.torch_bridge import load_for_torch
+
+        model = load_for_torch(model_dir)
+    elif backend == "torch":
+        model = load_model(model_dir, device=device).eval()
+    else:
+        raise ValueError(f"backend must be 'torch' or 'mlx', got {backend!r}")
     has_spec = (model_dir / SPEC_FILE).is_file()
     tokenizer = load_tokenizer(model_dir if has_spec else "bytes")
     if tokenizer.vocab_size > model.config.vocab_size:

@@ -10,7 +10,6 @@ per-head RMSNorm -> output gate -> output projection.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -19,9 +18,7 @@ from einops import rearrange
 from torch import nn
 
 from ..ops import (
-    READ_MODES,
     SCAN_IMPLS,
-    UPDATE_RULES,
     GatedMLPMemory,
     LinearMemory,
     MemoryState,
@@ -31,82 +28,9 @@ from ..ops import (
     polynomial_features,
     polynomial_width,
 )
-from ..validation import check_bool, check_choice, check_int, check_number
+from ..validation import check_bool, check_choice
 from .basic import CausalConv
-
-# The layer's own choices; the scan's (update rules, read modes, implementations) live in ops.
-MEMORY_MODELS = ("linear", "mlp", "gated_mlp")
-FEATURE_MAPS = (None, "polynomial")
-
-
-@dataclass
-class MemoryConfig:
-    """Settings of one memory layer: the architecture only (how the scan runs -- implementation,
-    activation checkpointing -- is chosen at run time with ``NeuralMemory.set_runtime``).
-    ``init_*`` are the gates of an untrained layer.
-
-    ``update_rule``: "momentum" (Titans), "muon" (ATLAS: NS5 of the momentum at every token) or
-    "muon_chunk" (one NS5 step per chunk, a different model; docs/memory.md).
-
-    Stability: a chunk takes C gradient steps at one base point, and momentum multiplies the
-    step by up to 1 / (1 - eta), so the inner step per chunk is about C theta / (1 - eta) (times
-    the Omega window's gate sum). The defaults keep it near 0.6 at C = 64 (an untrained model
-    streams any length without diverging); ``lr_max`` bounds what training can make of it.
-    """
-
-    model: str = "mlp"  # "linear" | "mlp" | "gated_mlp"
-    expansion: float = 4.0
-    depth: int = 2
-    activation: str = "gelu"
-    residual: bool = False
-    chunk_size: int = 64
-    omega_window: int = 1
-    update_rule: str = "momentum"  # "momentum" | "muon" | "muon_chunk"
-    feature_map: str | None = None  # None | "polynomial"
-    poly_degree: int = 2
-    feature_projection: bool = False  # learned projection of phi(k) back to the head width
-    read: str = "after"
-    lr_max: float = 0.02  # theta = lr_max * sigmoid(.)
-    init_lr: float = 0.005
-    init_momentum: float = 0.5
-    init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
-    init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
-    conv_kernel: int = 4
-    output_gate: str = "sigmoid"  # "sigmoid" | "silu"
-
-    def __post_init__(self) -> None:
-        check_choice("model", self.model, MEMORY_MODELS)
-        check_choice("feature_map", self.feature_map, FEATURE_MAPS)
-        check_choice("output_gate", self.output_gate, ("sigmoid", "silu"))
-        check_choice("activation", self.activation, ("gelu", "silu"))
-        check_choice("update_rule", self.update_rule, UPDATE_RULES)
-        check_choice("read", self.read, READ_MODES)
-        for name in ("residual", "feature_projection"):
-            check_bool(name, getattr(self, name))
-        for name, minimum in (
-            ("chunk_size", 1),
-            ("omega_window", 1),
-            ("depth", 2),
-            ("poly_degree", 1),
-            ("conv_kernel", 1),
-        ):
-            check_int(name, getattr(self, name), minimum)
-        check_number("expansion", self.expansion, 0.0)
-        check_number("lr_max", self.lr_max, 0.0)
-        check_number("init_lr", self.init_lr, 0.0, self.lr_max)
-        check_number("init_momentum", self.init_momentum, 0.0, 1.0)
-        check_number("init_decay", self.init_decay, 0.0, 1.0)
-        if self.init_omega is not None:
-            check_number("init_omega", self.init_omega, 0.0, 1.0)
-        if self.feature_projection and self.feature_map is None:
-            raise ValueError("feature_projection=True needs a feature_map to project")
-        if self.residual and self.model == "linear":
-            raise ValueError("residual=True is for the MLP memories, not model='linear'")
-
-    @property
-    def omega_init(self) -> float:
-        """The untrained Omega gate: ``init_omega``, or 1 / c when unset."""
-        return self.init_omega if self.init_omega is not None else 1.0 / self.omega_window
+from .memory_config import MemoryConfig
 
 
 @dataclass
@@ -118,10 +42,6 @@ class MemoryLayerState:
     conv_q: torch.Tensor | None = None
     conv_k: torch.Tensor | None = None
     conv_v: torch.Tensor | None = None
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1 - p))
 
 
 class NeuralMemory(nn.Module):
@@ -196,17 +116,9 @@ class NeuralMemory(nn.Module):
 
     def _init_gates(self) -> None:
         """Small weights and biases that give the configured untrained gates."""
-        config, heads = self.config, self.num_heads
         nn.init.normal_(self.to_gates.weight, std=0.02)
-        biases = [
-            _logit(config.init_lr / config.lr_max),
-            _logit(config.init_momentum),
-            _logit(config.init_decay),
-        ]
-        if self.omega_gates:
-            biases += [_logit(config.omega_init)] * self.omega_gates
-        bias = torch.tensor(biases, device=self.to_gates.bias.device)
-        self.to_gates.bias.copy_(bias.repeat_interleave(heads))
+        bias = torch.tensor(self.config.gate_biases(), device=self.to_gates.bias.device)
+        self.to_gates.bias.copy_(bias.repeat_interleave(self.num_heads))
 
     def initial_state(self, batch_size: int) -> MemoryLayerState:
         weights = dict(self.initial_weights.items())
@@ -226,9 +138,13 @@ class NeuralMemory(nn.Module):
         return self._features(q), cache
 
     def _gates(self, x: torch.Tensor):
+        """theta in (0, lr_max), eta in (0, momentum_max), alpha in (decay_min, 1), gamma in
+        (0, 1), each ``[B, T, H]`` (gamma ``[B, T, H, c]``; None without a window)."""
+        config = self.config
         raw = rearrange(torch.sigmoid(self.to_gates(x)), "b t (g h) -> b t h g", h=self.num_heads)
-        lr, momentum, decay = raw[..., 0] * self.config.lr_max, raw[..., 1], raw[..., 2]
-        omega = raw[..., 3:] if self.config.omega_window > 1 else None
+        lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
+        decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
+        omega = raw[..., 3:] if config.omega_window > 1 else None
         return lr, momentum, decay, omega
 
     def output(self, read: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -271,6 +187,8 @@ class NeuralMemory(nn.Module):
             read=config.read,
             impl=self.impl,
             checkpoint=self.checkpoint,
+            max_grad_norm=config.max_grad_norm,
+            decay_to=dict(self.initial_weights.items()) if config.decay_target == "init" else None,
         )
         new_state = MemoryLayerState(memory, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v)
         return self.output(read, x), new_state

@@ -11,6 +11,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..checkpoint import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, CheckpointError
+from ..checkpoint import read_config as read_torch_config
 from ..models.config import ModelConfig
 from .models.backbone import MODELS, LanguageModel, build_model
 
@@ -64,21 +65,9 @@ def load_model(directory: str | Path, dtype: mx.Dtype = mx.float32) -> LanguageM
 
 
 def read_config(path: Path) -> ModelConfig:
-    """The ModelConfig in a ``config.json``; CheckpointError if it is not one."""
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path} is not valid JSON: {err}") from err
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
-        raise CheckpointError(f"{path} is not a {FORMAT} config")
-    if meta.get("version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path} has format version {meta.get('version')}, this library reads {FORMAT_VERSION}"
-        )
-    name = meta["config"].get("name") if isinstance(meta["config"], dict) else None
-    if name not in MODELS:
-        raise CheckpointError(f"{path} names unknown model {name!r}; MLX has {list(MODELS)}")
-    try:
-        return ModelConfig.from_dict(meta["config"])
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path} holds an invalid config: {err}") from err
+    """The ModelConfig in a ``config.json`` (any format version the torch side reads, upgraded
+    there); CheckpointError if it is not one or names a model MLX does not have."""
+    config = read_torch_config(path)
+    if config.name not in MODELS:
+        raise CheckpointError(f"{path} names unknown model {config.name!r}; MLX has {list(MODELS)}")
+    return config

@@ -76,7 +76,26 @@ def check_scan_inputs(
         if gate is not None:
             shape = (batch, length, heads) + ((window,) if name == "omega" else ())
             _check_gate(name, gate, shape, values)
+    if gates.decay_to is not None:
+        _check_decay_target(memory, gates.decay_to, batch, heads, values)
     _check_state(memory, state, batch, heads, options, values)
+
+
+def _check_decay_target(memory, target, batch: int, heads: int, values: bool) -> None:
+    """``decay_to``: the memory's weights, per head ``[H, ...]`` or per sample ``[B, H, ...]``."""
+    batched = isinstance(target, dict) and any(
+        isinstance(w, torch.Tensor) and w.ndim == 4 for w in target.values()
+    )
+    memory.check_weights(target, batched=batched, name="decay_to")
+    lead = (batch, heads) if batched else (heads,)
+    for key, w in target.items():
+        if tuple(w.shape[:-2]) != lead:
+            want = "B, H" if batched else "H"
+            raise ValueError(
+                f"decay_to[{key!r}] must lead with [{want}] = {list(lead)}, got {list(w.shape)}"
+            )
+        if values and not torch.isfinite(w).all():
+            raise ValueError(f"decay_to[{key!r}] contains NaN or inf")
 
 
 def _check_qkv(memory, q, k, v, values: bool) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
+from .clipping import clip_factors
 from .coefficients import MuonCoefficients
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5
@@ -58,15 +59,19 @@ def muon_chunk_step(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    anchor: TensorDict | None = None,
     *,
     checkpointed: bool = False,
+    max_grad_norm: float | None = None,
 ):
-    """One chunk: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at ``base``, the chunk
-    starts from (``weights``, ``momentum``) = (W0, S0). Returns (y ``[B, H, C, Dv]``, W_end,
-    S_end). Materialises this chunk's M momenta of each weight, ``[B, H, M, m, n]``.
-    ``checkpointed``: the step runs under activation checkpointing, so NS5 may keep its
-    iterates (only the recompute's are kept, one chunk at a time) instead of recomputing."""
-    factors = memory.grad_factors(base, k, v)
+    """One chunk: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at ``base`` (clipped to
+    ``max_grad_norm`` per token and weight before they enter the momenta), the chunk starts
+    from (``weights``, ``momentum``) = (W0, S0); ``anchor``: the decay target A, or None.
+    Returns (y ``[B, H, C, Dv]``, W_end, S_end). Materialises this chunk's M momenta of each
+    weight, ``[B, H, M, m, n]``. ``checkpointed``: the step runs under activation
+    checkpointing, so NS5 may keep its iterates (only the recompute's are kept, one chunk at
+    a time) instead of recomputing."""
+    factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
     tall = {name: a.shape[-1] > b.shape[-1] for name, (a, b) in factors.items()}
     orthogonal, new_momentum = {}, {}
     for names in _wide_groups(factors).values():
@@ -82,7 +87,10 @@ def muon_chunk_step(
         # x_i NS5(S_m) for every row i and momentum m: [B, H, M, C, d_out]
         through = x.unsqueeze(2) @ (wide.transpose(-1, -2) if tall[name] else wide)
         update = torch.einsum("bhim,bhmie->bhie", coef.read_update, through)
-        return coef.read_keep[..., None] * (x @ weights[name]) - update
+        out = coef.read_keep[..., None] * (x @ weights[name]) - update
+        if anchor is not None:  # + (1 - beta_i) x_i A (docs/memory.md, section 10)
+            out = out + coef.read_anchor[..., None] * (x @ anchor[name])
+        return out
 
     y = memory.forward_with(linear, q)
     new_weights = {}
@@ -90,4 +98,6 @@ def muon_chunk_step(
         step = torch.einsum("bhm,bhmrc->bhrc", coef.end_update, orthogonal[name])
         step = step.transpose(-1, -2) if tall[name] else step
         new_weights[name] = coef.end_keep[..., None, None] * weights[name] - step
+        if anchor is not None:
+            new_weights[name] = new_weights[name] + coef.end_anchor[..., None, None] * anchor[name]
     return y, new_weights, new_momentum

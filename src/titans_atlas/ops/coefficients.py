@@ -13,6 +13,10 @@ table at the top of docs/memory.md):
     S_m = e_m S0 + sum_u (E Gamma)[m, u] g_u                (rules "muon", "muon_chunk")
     W_i = beta_i W0 - sum_m P[i, m] NS5(S_m)
 
+With a decay target A (``decay_to``, section 10) every W_i gains (1 - beta_i) A: the
+``read_anchor`` / ``end_anchor`` coefficients, computed as -expm1(log beta_i) so that the
+small 1 - beta of weak decay keeps its relative precision.
+
 Products of gates are built in log space from segment sums, and everything that must vanish
 is masked to -inf *before* exp (masking after exp meets 0 * inf = NaN on underflow).
 """
@@ -92,6 +96,11 @@ def _gate_products(gates: ChunkGates) -> tuple[torch.Tensor, ...]:
     return keep, carry, keep_from_start, carry_from_start
 
 
+def _anchor_from_start(gates: ChunkGates) -> torch.Tensor:
+    """1 - beta_i [.., C]: the weight of the decay target A in W_i (section 10)."""
+    return -torch.expm1(gates.log_keep.cumsum(-1))
+
+
 def _apply_band(coef: torch.Tensor, band: torch.Tensor | None) -> torch.Tensor:
     """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
     return coef if band is None else coef @ band
@@ -110,6 +119,8 @@ class MomentumCoefficients:
     end_grad: torch.Tensor  # K[C-1, u] [B, H, N, U]
     momentum_carry: torch.Tensor  # e_{C-1} [B, H, N]: S_end = e_{C-1} S0 - sum_u kappa_u g_u
     momentum_grad: torch.Tensor  # kappa_u [B, H, N, U]
+    read_anchor: torch.Tensor  # 1 - beta_i [B, H, N, C]: weight of the decay target A
+    end_anchor: torch.Tensor  # 1 - beta_{C-1} [B, H, N]
 
 
 def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
@@ -120,10 +131,12 @@ def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
     grad_into_weights = _apply_band((keep @ carry) * gates.lr.unsqueeze(-2), gates.band)
     grad_into_momentum = _apply_band(carry[..., -1:, :] * gates.lr.unsqueeze(-2), gates.band)
     read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad_into_weights
+    anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
         read_keep = _shift_rows(read_keep, 1.0, dim=-1)
         read_momentum = _shift_rows(read_momentum, 0.0, dim=-1)
         read_grad = _shift_rows(read_grad, 0.0, dim=-2)
+        read_anchor = _shift_rows(read_anchor, 0.0, dim=-1)
     return MomentumCoefficients(
         read_keep=read_keep,
         read_momentum=read_momentum,
@@ -133,6 +146,8 @@ def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
         end_grad=grad_into_weights[..., -1, :],
         momentum_carry=carry_from_start[..., -1],
         momentum_grad=grad_into_momentum.squeeze(-2),
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
     )
 
 
@@ -147,6 +162,8 @@ class MuonCoefficients:
     read_update: torch.Tensor  # P[i, m] [B, H, N, C, M]
     end_keep: torch.Tensor  # beta_{C-1} [B, H, N]
     end_update: torch.Tensor  # P[C-1, m] [B, H, N, M]
+    read_anchor: torch.Tensor  # 1 - beta_i [B, H, N, C]: weight of the decay target A
+    end_anchor: torch.Tensor  # 1 - beta_{C-1} [B, H, N]
 
 
 def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
@@ -154,6 +171,9 @@ def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoef
     ``per_chunk`` (rule "muon_chunk") the NS5 step is taken only at the token that closes a
     chunk (row C - 1): M = 1 and P[i, 0] = [i = C - 1] theta_{C-1}."""
     keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
+    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
+    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
+    carry = carry * gates.valid[..., None, :].to(carry.dtype)  # E[m, s], padding columns s zeroed
     if per_chunk:
         rows_carry = carry_from_start[..., -1:]
         rows_grad = _apply_band(carry[..., -1:, :], gates.band)
@@ -165,9 +185,11 @@ def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoef
         rows_grad = _apply_band(carry, gates.band)
         update = keep * gates.lr.unsqueeze(-2)  # P = A diag(theta) [.., C, C]
     read_keep, read_update = keep_from_start, update
+    anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
         read_keep = _shift_rows(read_keep, 1.0, dim=-1)
         read_update = _shift_rows(read_update, 0.0, dim=-2)
+        read_anchor = _shift_rows(read_anchor, 0.0, dim=-1)
     return MuonCoefficients(
         rows_carry=rows_carry,
         rows_grad=rows_grad,
@@ -175,4 +197,6 @@ def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoef
         read_update=read_update,
         end_keep=keep_from_start[..., -1],
         end_update=update[..., -1, :],
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
     )

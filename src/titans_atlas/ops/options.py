@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..validation import check_choice, check_int
+from ..validation import check_choice, check_int, check_number
 
 # The update rules of the recurrence (docs/memory.md, sections 2 and 7).
 UPDATE_RULES = ("momentum", "muon", "muon_chunk")
@@ -44,6 +44,9 @@ class ScanOptions:
             per-token Muon), "muon_chunk" (one NS5 step per chunk, a different model).
         read: one of ``READ_MODES``: "after" (y_t = f(W_t, q_t)) or "before" (f(W_{t-1}, q_t)).
         checkpoint: recompute each chunk in backward (the chunked form only).
+        max_grad_norm: g_max > 0, clip every token's inner gradient of every weight (every
+            Omega tap) to this Frobenius norm before the gates and momentum see it; None
+            (the default) runs the spec's unclipped recurrence (docs/memory.md, section 9).
     """
 
     chunk_size: int = 64
@@ -51,6 +54,7 @@ class ScanOptions:
     update_rule: str = "momentum"
     read: str = "after"
     checkpoint: bool = False
+    max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
         check_int("chunk_size", self.chunk_size, 1)
@@ -58,6 +62,8 @@ class ScanOptions:
         check_choice("update_rule", self.update_rule, UPDATE_RULES)
         check_choice("read", self.read, READ_MODES)
         check_choice("checkpoint", self.checkpoint, (False, True))
+        if self.max_grad_norm is not None:
+            check_number("max_grad_norm", self.max_grad_norm, 0.0)
 
     @property
     def uses_muon(self) -> bool:
@@ -74,13 +80,19 @@ class MemoryGates:
         decay: alpha_t in [0, 1], forgetting; the weights keep (1 - alpha_t) ``[B, T, H]``.
         omega: gamma_{t,j} in [0, 1], the Omega gate of window tap j ``[B, T, H, c]``; None
             means a window of one with gamma = 1.
+        decay_to: the weights A that alpha_t decays toward, name -> ``[B, H, d_in, d_out]``
+            (W_t = (1 - alpha_t) W_{t-1} + alpha_t A + ...; docs/memory.md, section 10);
+            None decays toward zero (the spec).
     """
 
     lr: torch.Tensor
     momentum: torch.Tensor
     decay: torch.Tensor
     omega: torch.Tensor | None = None
+    decay_to: dict[str, torch.Tensor] | None = None
 
     def to(self, dtype: torch.dtype) -> MemoryGates:
         cast = lambda g: None if g is None else g.to(dtype)  # noqa: E731
-        return MemoryGates(*(cast(g) for g in (self.lr, self.momentum, self.decay, self.omega)))
+        target = None if self.decay_to is None else {n: cast(w) for n, w in self.decay_to.items()}
+        gates = (self.lr, self.momentum, self.decay, self.omega)
+        return MemoryGates(*(cast(g) for g in gates), decay_to=target)

@@ -69,6 +69,8 @@ def memory_scan(
     impl: str = "auto",
     checkpoint: bool = False,
     update_rule: str | None = None,
+    max_grad_norm: float | None = None,
+    decay_to: dict[str, torch.Tensor] | None = None,
     validate: bool | None = None,
 ) -> tuple[torch.Tensor, MemoryState]:
     """Run the memory over a stream and return its reads and the state after the last token.
@@ -93,6 +95,14 @@ def memory_scan(
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
         update_rule: the rule by name, "momentum", "muon" or "muon_chunk" (``UPDATE_RULES``);
             the alternative to ``muon=`` (give one of the two).
+        max_grad_norm: g_max > 0: every token's inner gradient of every weight (every Omega
+            tap) is clipped to Frobenius norm g_max before the gates and the momentum see it
+            -- for Muon too -- which bounds the memory for any input (docs/memory.md, section
+            9). None (default): the spec's recurrence, unclipped.
+        decay_to: A, name -> ``[H, d_in, d_out]`` or ``[B, H, d_in, d_out]`` (e.g. the initial
+            weights): the decay pulls toward A instead of zero, W_t = (1 - alpha_t) W_{t-1} +
+            alpha_t A + S_t (docs/memory.md, section 10). Gradients flow into A. None
+            (default): toward zero, as the spec.
         validate: run the value checks (NaN/inf in q, k, v and the state, gates out of range),
             which read the tensors: a host-device sync per call. None takes the default set
             by ``ops.validating(...)`` (True); under ``torch.compile`` they never run. Shape,
@@ -116,8 +126,9 @@ def memory_scan(
         update_rule=update_rule,
         read=read,
         checkpoint=checkpoint,
+        max_grad_norm=max_grad_norm,
     )
-    gates = MemoryGates(lr=lr, momentum=momentum, decay=decay, omega=omega_gate)
+    gates = MemoryGates(lr, momentum, decay, omega=omega_gate, decay_to=decay_to)
     check_choice("impl", impl, SCAN_IMPLS)
     values = value_checks_enabled(validate)
     check_scan_inputs(memory, q, k, v, gates=gates, state=state, options=options, values=values)
@@ -132,6 +143,7 @@ def memory_scan(
     # q, k (its normalisation runs in fp32) beside bf16 v and gates -- are cast to it.
     dtype = compute_dtype(state)
     state = _prepare_state(state, q, v, options, dtype)
+    gates = _batched_target(gates, state)
     q, k, v = (x.to(dtype) for x in (q, k, v))
     with torch.autocast(device_type=q.device.type, enabled=False):
         y, new_state = IMPLS[impl](
@@ -149,6 +161,19 @@ def output_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.dty
     """The dtype of the reads: torch's type promotion of q, k and v (their dtype when they
     match; fp32 for CUDA autocast's fp32 q, k beside bf16 v)."""
     return torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+
+
+def _batched_target(gates: MemoryGates, state: MemoryState) -> MemoryGates:
+    """A per-head decay target ``[H, d_in, d_out]`` laid out per sample, once per call (the
+    chunk steps multiply it in flattened ``[B*H, ...]`` batches)."""
+    if gates.decay_to is None:
+        return gates
+    batch = state.batch_size
+    batched = {
+        name: w if w.ndim == 4 else w.unsqueeze(0).expand(batch, *w.shape).contiguous()
+        for name, w in gates.decay_to.items()
+    }
+    return replace(gates, decay_to=batched)
 
 
 def _prepare_state(state, q, v, options: ScanOptions, dtype: torch.dtype) -> MemoryState:

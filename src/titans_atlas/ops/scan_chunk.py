@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .chunk_muon import muon_chunk_step
 from .chunk_update import decayed_rank_update
+from .clipping import clip_factors
 from .coefficients import (
     ChunkGates,
     MomentumCoefficients,
@@ -85,14 +86,18 @@ def momentum_chunk_step(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    anchor: TensorDict | None = None,
+    *,
+    max_grad_norm: float | None = None,
 ):
     """One chunk of rule "momentum": q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at
-    ``base``, the chunk starts from (``weights``, ``momentum``) = (W0, S0).
+    ``base`` (clipped to ``max_grad_norm`` per token and weight), the chunk starts from
+    (``weights``, ``momentum``) = (W0, S0); ``anchor``: the decay target A, or None.
 
     Scalars ride on the small operands and products accumulate in place (``baddbmm_``), so
     the large weight matrices are read once per product and never pass through elementwise ops.
     """
-    factors = memory.grad_factors(base, k, v)
+    factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # row i: x_i W_i, by eq. (4)
         a, b = factors[name]
@@ -100,6 +105,8 @@ def momentum_chunk_step(
         out = torch.bmm(_flat(coef.read_keep[..., None] * x), _flat(weights[name]))
         out.baddbmm_(_flat(coef.read_momentum[..., None] * x), _flat(momentum[name]))
         out.baddbmm_(_flat(scores), _flat(b), alpha=-1.0)
+        if anchor is not None:  # + (1 - beta_i) x_i A (section 10)
+            out.baddbmm_(_flat(coef.read_anchor[..., None] * x), _flat(anchor[name]))
         return out.view(*x.shape[:-1], out.shape[-1])
 
     y = memory.forward_with(linear, q)
@@ -118,7 +125,15 @@ def momentum_chunk_step(
         )
         new_weights[name] = end_weights.view(weights[name].shape)
         new_momentum[name] = end_momentum.view(weights[name].shape)
-    return y, new_weights, new_momentum
+    return y, with_anchor(new_weights, anchor, coef.end_anchor), new_momentum
+
+
+def with_anchor(weights: TensorDict, anchor: TensorDict | None, end_anchor: torch.Tensor):
+    """W_end + (1 - beta_{C-1}) A for a decay target A (``end_anchor`` ``[B, H]``)."""
+    if anchor is None:
+        return weights
+    scale = end_anchor[..., None, None]
+    return {name: w + scale * anchor[name] for name, w in weights.items()}
 
 
 def _split_chunks(coef) -> list:
@@ -130,7 +145,7 @@ def _split_chunks(coef) -> list:
     return [type(coef)(**dict(zip(names, values))) for values in zip(*per_field)]
 
 
-def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, checkpoint):
+def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, anchor, checkpoint):
     """The sequential loop: chunk n's base weights are the weights chunk n - 1 left."""
     weights, mom, base = state.weights, state.momentum, state.chunk_base()
     inputs = zip(_split_chunks(coefs), q_grid.unbind(2), k_cols.unbind(2), v_cols.unbind(2))
@@ -139,6 +154,7 @@ def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, checkpoin
         if n > 0:
             base = weights
         chunk = dict(coef=coef, base=base, weights=weights, momentum=mom, q=q, k=k, v=v)
+        chunk["anchor"] = anchor
         if checkpoint and torch.is_grad_enabled():
             y, weights, mom = activation_checkpoint(step, memory, use_reentrant=False, **chunk)
         else:
@@ -167,12 +183,14 @@ def memory_scan_chunk(
     halo_k, halo_v = state.halo_keys, state.halo_values
 
     grid_gates = _grid_gates(gates, state.position, left, right, size)
+    clip = options.max_grad_norm
     if options.update_rule == "momentum":
-        coefs, step = momentum_coefficients(grid_gates, options.read), momentum_chunk_step
+        coefs = momentum_coefficients(grid_gates, options.read)
+        step = partial(momentum_chunk_step, max_grad_norm=clip)
     else:
         per_chunk = options.update_rule == "muon_chunk"
         coefs = muon_coefficients(grid_gates, options.read, per_chunk)
-        step = partial(muon_chunk_step, checkpointed=options.checkpoint)
+        step = partial(muon_chunk_step, checkpointed=options.checkpoint, max_grad_norm=clip)
     q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]
@@ -185,6 +203,7 @@ def memory_scan_chunk(
         k_cols=k_cols,
         v_cols=v_cols,
         state=state,
+        anchor=gates.decay_to,
         checkpoint=options.checkpoint,
     )
     y = y[:, :, left : left + length]  # [B, H, T, Dv]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 
+from .clipping import clip_factors
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
 from .options import MemoryGates, ScanOptions
@@ -45,9 +46,11 @@ def memory_scan_reference(
         taps_v = values[:, :, r : r + window].flip(2)  # [B, H, c, Dv]
         exists = (t - torch.arange(window, device=q.device)) >= 0
         gamma = omega[:, r] * exists  # [B, H, c]
+        # each tap's gradient clipped on its own (section 9), then gated
+        factors = clip_factors(memory.grad_factors(base, taps_k, taps_v), options.max_grad_norm)
         grads = {
             name: torch.einsum("bhj,bhjd,bhje->bhde", gamma, a, b)
-            for name, (a, b) in memory.grad_factors(base, taps_k, taps_v).items()
+            for name, (a, b) in factors.items()
         }
         token_gates = (gates.lr, gates.momentum, gates.decay)
         theta, eta, alpha = (g[:, r, :, None, None] for g in token_gates)  # [B, H, 1, 1]
@@ -55,6 +58,8 @@ def memory_scan_reference(
         weights, mom = _token_update(
             options, t, weights=weights, mom=mom, grads=grads, theta=theta, eta=eta, alpha=alpha
         )
+        if gates.decay_to is not None:  # the decay pulls toward A instead of zero (section 10)
+            weights = {n: w + alpha * gates.decay_to[n] for n, w in weights.items()}
         read_weights = weights if options.read == "after" else previous
         outputs.append(memory.forward(read_weights, q[:, :, r : r + 1]))
     end = state.position + length

@@ -136,6 +136,11 @@ def _report(trainer, result) -> None:
             f"loss {result.eval['val_loss']:.4f}"
         )
     print(f"checkpoint: {result.checkpoint}")
+    from .recall_report import is_recall_run
+
+    if is_recall_run(trainer.config):
+        _recall_report(trainer, result)
+        return
     tokens = trainer.config.train.sample_tokens
     model = trainer.model
     if trainer.parallel.strategy == "fsdp":  # one rank cannot run a sharded model alone
@@ -143,6 +148,25 @@ def _report(trainer, result) -> None:
     if tokens and trainer.pipeline.tokenizer is not None and model is not None:
         print(f"sample:\n{sample_text(trainer, tokens, model)}")
         print(f"more: titans generate --checkpoint {result.run_dir} --prompt 'HAMLET:'")
+
+
+def _recall_report(trainer, result) -> None:
+    """Recall by distance of the model and of ``train.control``, trained here and now."""
+    from .recall_report import control_config, report
+
+    models = {trainer.config.model.name: trainer.model}
+    control = trainer.config.train.control
+    if control is not None and trainer.parallel.distributed:
+        print(f"control {control!r} not trained: run it alone with --set model.name={control}")
+    elif control is not None:
+        from .loop import Trainer
+
+        print(f"training the control: {control}, same settings", file=sys.stderr)
+        control_trainer = Trainer(control_config(trainer.config, result.run_dir))
+        control_trainer.run()
+        models[f"{control} (control)"] = control_trainer.model
+    print("recall accuracy by distance to the answer, and past the training length:")
+    print(report(models, trainer.config, result.run_dir))
 
 
 def _exported_model(checkpoint, device):

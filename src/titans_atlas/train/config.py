@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..models.backbone import model_config
+from ..models.backbone import MODELS, model_config
 from ..models.config import ModelConfig
 from .presets import RUN_PRESETS
 
@@ -116,6 +116,9 @@ class TrainConfig:
     tensorboard: bool = False
     progress: bool = True
     sample_tokens: int = 200  # generated after training by the CLI (0: none)
+    # `titans train` on the recall task: a control model (e.g. "swa") trained after the run
+    # with the same settings into OUT_DIR/control, its recall reported beside the model's.
+    control: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every"):
@@ -126,6 +129,10 @@ class TrainConfig:
         if self.strategy not in STRATEGIES:
             raise ValueError(
                 f"train.strategy must be one of {'/'.join(STRATEGIES)}, got {self.strategy!r}"
+            )
+        if self.control is not None and self.control not in MODELS:
+            raise ValueError(
+                f"train.control must name a model of {sorted(MODELS)}, got {self.control!r}"
             )
         if not self.dist_timeout > 0:
             raise ValueError(f"train.dist_timeout must be > 0 seconds, got {self.dist_timeout}")
@@ -182,6 +189,9 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
         valid = [f.name for f in fields(part)]
         if name not in valid:
             raise ValueError(f"unknown setting {key!r}{_suggest(name, valid)}")
+        optional = "None" in str(next(f.type for f in fields(part) if f.name == name))
+        if optional and value == "null":  # an optional text field set back to None
+            value = None
         part = replace(part, **{name: _coerce(getattr(part, name), value, key)})
     return replace(config, **{section: part})
 

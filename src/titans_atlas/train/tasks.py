@@ -81,7 +81,52 @@ class KeyValueRecall:
         return inputs, labels
 
 
-TASKS: dict[str, Callable[..., Task]] = {"kv_recall": KeyValueRecall}
+@dataclass(frozen=True)
+class DistanceRecall:
+    """The evaluation's key-value recall (``eval.recall.kv_recall_batch``: ids only, keys in
+    [1, V/2), values in [V/2, V), ``num_pairs - 1`` distractor pairs, one query at the end)
+    with one recall distance per batch, drawn uniformly from [min_distance, max_distance]
+    (None: ``seq_len - 2``, the farthest a sequence holds). Training on every distance up to
+    the sequence length is what the recall-by-distance evaluation then measures, at distances
+    in units of the attention window and at lengths past ``seq_len`` (docs/results.md)."""
+
+    seq_len: int
+    vocab_size: int = 32
+    num_pairs: int = 4
+    min_distance: int = 1
+    max_distance: int | None = None
+
+    def __post_init__(self) -> None:
+        top = self.top_distance
+        if not 1 <= self.min_distance <= top <= self.seq_len - 2:
+            raise ValueError(
+                f"need 1 <= min_distance <= max_distance <= seq_len - 2 = {self.seq_len - 2}, "
+                f"got min_distance={self.min_distance}, max_distance={self.max_distance}"
+            )
+
+    @property
+    def top_distance(self) -> int:
+        return self.seq_len - 2 if self.max_distance is None else self.max_distance
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        from ..eval.recall import kv_recall_batch  # eval imports train: import on first use
+
+        distance = int(
+            torch.randint(self.min_distance, self.top_distance + 1, (1,), generator=generator)
+        )
+        seed = int(torch.randint(1 << 62, (1,), generator=generator))
+        batch = kv_recall_batch(
+            batch_size, self.seq_len, distance, self.vocab_size, seed=seed, num_pairs=self.num_pairs
+        )
+        return batch.input_ids, batch.labels
+
+
+TASKS: dict[str, Callable[..., Task]] = {
+    "kv_recall": KeyValueRecall,
+    "kv_distance": DistanceRecall,
+}
 
 
 def make_task(name: str, seq_len: int, args: dict[str, Any]) -> Task:

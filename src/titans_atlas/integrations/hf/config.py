@@ -1,6 +1,8 @@
 """The Hugging Face config: our ``ModelConfig`` inside a ``PretrainedConfig``.
 
-``titans`` holds ``ModelConfig.to_dict()`` and is the only source of truth; the standard HF
+``titans`` holds ``ModelConfig.to_dict()`` and is the only source of truth (a complete memory
+dict saved before the memory's stability fields existed is read with the values that give the
+layer it was saved from, as checkpoint format 2 is); the standard HF
 names (``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``tie_word_embeddings``) mirror it for tools that read them, and a mirror that disagrees with
 it is a ValueError. ``tokenizer_spec`` records our tokenizer (``tokenizer_spec.json``) so an HF
@@ -13,6 +15,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+from ...layers.memory_config import upgrade_saved_memory
 from ...models import ModelConfig
 
 MODEL_TYPE = "titans_atlas"
@@ -39,7 +42,10 @@ class TitansAtlasConfig(PretrainedConfig):
     def __post_init__(self, **kwargs: Any) -> None:
         if self.titans is not None and not isinstance(self.titans, dict):
             raise ValueError(f"titans must be a ModelConfig dict, got {type(self.titans).__name__}")
-        model_config = ModelConfig.from_dict(self.titans or {})
+        titans = dict(self.titans or {})
+        if isinstance(titans.get("memory"), dict):  # saved before the stability fields
+            titans["memory"] = upgrade_saved_memory(titans["memory"])
+        model_config = ModelConfig.from_dict(titans)
         for name, value in _mirrors(model_config).items():
             given = getattr(self, name)
             if given is not None and given != value:

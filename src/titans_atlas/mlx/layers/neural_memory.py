@@ -12,7 +12,6 @@ output projection. The settings come from the torch side's ``MemoryConfig``, rea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +50,7 @@ def scan_options(config: MemoryConfig) -> dict[str, Any]:
         "omega_window": config.omega_window,
         "muon": UPDATE_RULES[update_rule(config)],
         "read": config.read,
+        "max_grad_norm": config.max_grad_norm,
     }
 
 
@@ -60,10 +60,6 @@ class MemoryLayerState:
 
     memory: MemoryState
     conv: dict[str, mx.array] = field(default_factory=dict)
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1 - p))
 
 
 def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
@@ -105,16 +101,8 @@ class NeuralMemory(nn.Module):
 
     def _init_gates(self) -> None:
         """Small weights and biases that give the configured untrained gates."""
-        config, heads = self.config, self.num_heads
         normal_init(self.to_gates)
-        biases = [
-            _logit(config.init_lr / config.lr_max),
-            _logit(config.init_momentum),
-            _logit(config.init_decay),
-        ]
-        if self.omega_gates:
-            biases += [_logit(config.omega_init)] * self.omega_gates
-        self.to_gates.bias = mx.repeat(mx.array(biases), heads)
+        self.to_gates.bias = mx.repeat(mx.array(self.config.gate_biases()), self.num_heads)
 
     def initial_state(self, batch_size: int) -> MemoryLayerState:
         return MemoryLayerState(memory=self.memory.initial_state(self.initial_weights, batch_size))
@@ -138,7 +126,9 @@ class NeuralMemory(nn.Module):
     def _gates(self, x: mx.array):
         raw = mx.sigmoid(self.to_gates(x))  # [B, T, (G H)]
         raw = raw.reshape(*x.shape[:2], -1, self.num_heads).swapaxes(-1, -2)  # [B, T, H, G]
-        lr, momentum, decay = raw[..., 0] * self.config.lr_max, raw[..., 1], raw[..., 2]
+        config = self.config  # the bounded gates of docs/architectures.md
+        lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
+        decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
         omega = raw[..., 3:] if self.omega_gates else None
         return lr, momentum, decay, omega
 
@@ -176,6 +166,7 @@ class NeuralMemory(nn.Module):
             impl=self.impl,
             compiled=self.compiled,
             validate=self.validate,
+            decay_to=self.initial_weights if self.config.decay_target == "init" else None,
             **scan_options(self.config),
         )
         return self.output(read, x), MemoryLayerState(memory=memory, conv=conv)

@@ -88,6 +88,12 @@ def _decay_matrices(gates: Gates) -> tuple[mx.array, ...]:
     return keep, carry, keep_from_start, carry_from_start
 
 
+def _anchor_from_start(gates: Gates) -> mx.array:
+    """1 - beta_i [.., C]: the weight of a decay target A in W_i (docs/memory.md, section 10),
+    as -expm1(log beta_i) so a weak decay keeps its relative precision."""
+    return -mx.expm1(mx.cumsum(gates.log_keep, axis=-1))
+
+
 def _apply_band(coef: mx.array, band: mx.array | None) -> mx.array:
     """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
     return coef if band is None else coef @ band
@@ -103,6 +109,8 @@ class PlainCoefficients:
     end_grad: mx.array  # [B, H, N, U]
     momentum_decay: mx.array  # [B, H, N]
     momentum_grad: mx.array  # [B, H, N, U]
+    read_anchor: mx.array  # 1 - beta_i [B, H, N, C]
+    end_anchor: mx.array  # 1 - beta_{C-1} [B, H, N]
 
 
 def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
@@ -112,10 +120,12 @@ def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
     grad = _apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)  # [.., C, U]
     momentum_grad = _apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
     read_decay, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
+    anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
         read_decay = _shift_rows(read_decay, 1.0, axis=-1)
         read_momentum = _shift_rows(read_momentum, 0.0, axis=-1)
         read_grad = _shift_rows(read_grad, 0.0, axis=-2)
+        read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
     return PlainCoefficients(
         read_decay=read_decay,
         read_momentum=read_momentum,
@@ -125,6 +135,8 @@ def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
         end_grad=grad[..., -1, :],
         momentum_decay=carry_from_start[..., -1],
         momentum_grad=momentum_grad.squeeze(-2),
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
     )
 
 
@@ -136,12 +148,17 @@ class MuonCoefficients:
     read_update: mx.array  # [B, H, N, C, M]
     end_decay: mx.array  # [B, H, N]
     end_update: mx.array  # [B, H, N, M]
+    read_anchor: mx.array  # 1 - beta_i [B, H, N, C]
+    end_anchor: mx.array  # 1 - beta_{C-1} [B, H, N]
 
 
 def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficients:
     """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
     ``per_chunk`` the NS5 step is taken only at the token that closes a chunk (row C - 1)."""
     keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
+    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
+    carry = carry * gates.valid[..., None, :].astype(carry.dtype)  # E[m, s], padding s zeroed
     if per_chunk:
         rows_momentum = carry_from_start[..., -1:]
         rows_grad = _apply_band(carry[..., -1:, :], gates.band)
@@ -153,9 +170,11 @@ def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficie
         rows_grad = _apply_band(carry, gates.band)
         update = keep * gates.lr[..., None, :]  # [.., C, C]
     read_decay, read_update = keep_from_start, update
+    anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
         read_decay = _shift_rows(read_decay, 1.0, axis=-1)
         read_update = _shift_rows(read_update, 0.0, axis=-2)
+        read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
     return MuonCoefficients(
         rows_momentum=rows_momentum,
         rows_grad=rows_grad,
@@ -163,4 +182,6 @@ def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficie
         read_update=read_update,
         end_decay=keep_from_start[..., -1],
         end_update=update[..., -1, :],
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
     )

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
-from ...validation import check_int
+from ...validation import check_int, check_number
 from .memory_models import MemoryModel
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
@@ -41,6 +41,8 @@ def memory_scan(
     read: str = "after",
     impl: str = "auto",
     compiled: bool = True,
+    max_grad_norm: float | None = None,
+    decay_to: dict[str, mx.array] | None = None,
     validate: bool = True,
 ) -> tuple[mx.array, MemoryState]:
     """Run the memory over a stream; the reads ``[B, T, H, Dv]`` and the state after it.
@@ -48,6 +50,9 @@ def memory_scan(
     The arguments are those of ``titans_atlas.ops.memory_scan`` (q, k ``[B, T, H, Dk]``, v
     ``[B, T, H, Dv]``, gates ``[B, T, H]``, Omega gate ``[B, T, H, c]``), as MLX arrays; the
     torch-only ``checkpoint`` is absent and ``compiled`` chooses ``mx.compile``d steps.
+    ``max_grad_norm`` (per-token inner-gradient clip) and ``decay_to`` (the decay target,
+    ``[H, ...]`` or ``[B, H, ...]`` per weight) are those of the torch side (docs/memory.md,
+    sections 9 and 10).
     ``validate=False`` skips the checks that read values (NaN, gate ranges): they wait for
     the inputs to be computed, which an enclosing ``mx.compile`` cannot do. Shapes are always
     checked.
@@ -56,6 +61,7 @@ def memory_scan(
         memory, q, k, v, lr, momentum, decay, state, chunk_size, omega_window, omega_gate, validate
     )
     _check_modes(muon, read, impl)
+    _check_stability_options(memory, max_grad_norm, decay_to, q.shape[0], q.shape[2], validate)
     muon_mode = MUON_MODES[muon]
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return mx.zeros((*q.shape[:3], v.shape[-1]), dtype=q.dtype), state
@@ -66,10 +72,36 @@ def memory_scan(
     state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
     inputs = [x.astype(dtype) for x in (q, k, v, lr, momentum, decay)]
     gate = None if omega_gate is None else omega_gate.astype(dtype)
+    target = None
+    if decay_to is not None:  # per sample, in the compute dtype
+        batch = q.shape[0]
+        target = {
+            n: mx.broadcast_to(w, (batch, *w.shape[-3:])).astype(dtype) for n, w in decay_to.items()
+        }
     y, new_state = IMPLS[impl](
-        memory, *inputs, state, chunk_size, omega_window, gate, muon_mode, read, compiled
-    )
+        memory, *inputs, state, chunk_size, omega_window, gate, muon_mode, read, compiled,
+        max_grad_norm=max_grad_norm, decay_to=target,
+    )  # fmt: skip
     return y.astype(q.dtype), new_state
+
+
+def _check_stability_options(memory, max_grad_norm, decay_to, batch, heads, values) -> None:
+    """``max_grad_norm`` None or a finite number > 0; ``decay_to`` the memory's weights per
+    head ``[H, ...]`` or per sample ``[B, H, ...]`` (ValueError naming the argument)."""
+    if max_grad_norm is not None:
+        check_number("max_grad_norm", max_grad_norm, 0.0)
+    if decay_to is None:
+        return
+    batched = isinstance(decay_to, dict) and any(
+        isinstance(w, mx.array) and w.ndim == 4 for w in decay_to.values()
+    )
+    memory.check_weights(decay_to, batched=batched, name="decay_to")
+    lead = (batch, heads) if batched else (heads,)
+    for key, w in decay_to.items():
+        if tuple(w.shape[:-2]) != lead:
+            raise ValueError(f"decay_to[{key!r}] must lead with {list(lead)}, got {list(w.shape)}")
+        if values and not _all(mx.isfinite(w)):
+            raise ValueError(f"decay_to[{key!r}] contains NaN or inf")
 
 
 def _prepare_state(state, q, v, chunk_size, omega_window, dtype) -> MemoryState:

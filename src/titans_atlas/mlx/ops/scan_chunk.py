@@ -17,6 +17,7 @@ from dataclasses import fields
 
 import mlx.core as mx
 
+from .clipping import clip_factors
 from .coefficients import (
     Gates,
     muon_coefficients,
@@ -90,17 +91,27 @@ def _t(x: mx.array) -> mx.array:
     return mx.swapaxes(x, -1, -2)
 
 
-def _plain_step(memory: MemoryModel) -> Callable:
-    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``."""
+def _with_anchor(weights: dict, anchor: dict, end_anchor: mx.array) -> dict:
+    """W_end + (1 - beta_{C-1}) A for a decay target A (``anchor`` empty: none)."""
+    if not anchor:
+        return weights
+    return {n: w + end_anchor[..., None, None] * anchor[n] for n, w in weights.items()}
 
-    def step(coef, base, weights, momentum, q, k, v):
-        factors = memory.grad_factors(base, k, v)
+
+def _plain_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
+    """One chunk of Titans momentum: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; ``anchor``
+    the decay target A (an empty dict: decay toward zero)."""
+
+    def step(coef, base, weights, momentum, q, k, v, anchor):
+        factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
 
         def linear(name: str, x: mx.array) -> mx.array:  # row i: x_i W_i, by eq. (4)
             a, b = factors[name]
             scores = (x @ _t(a)) * coef["read_grad"]  # [B, H, C, U]
             out = (coef["read_decay"][..., None] * x) @ weights[name]
             out = out + (coef["read_momentum"][..., None] * x) @ momentum[name]
+            if anchor:  # + (1 - beta_i) x_i A (section 10)
+                out = out + (coef["read_anchor"][..., None] * x) @ anchor[name]
             return out - scores @ b
 
         y = memory.forward_with(linear, q)
@@ -119,17 +130,17 @@ def _plain_step(memory: MemoryModel) -> Callable:
             new_momentum[name] = scalar["momentum_decay"] * momentum[name] - at @ (
                 coef["momentum_grad"][..., None] * b
             )
-        return y, new_weights, new_momentum
+        return y, _with_anchor(new_weights, anchor, coef["end_anchor"]), new_momentum
 
     return step
 
 
-def _muon_step(memory: MemoryModel) -> Callable:
+def _muon_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
     """One chunk of Muon momentum; materialises this chunk's M momenta ``[B, H, M, m, n]``
     in each weight's wide orientation (m = min(d_in, d_out) rows)."""
 
-    def step(coef, base, weights, momentum, q, k, v):
-        factors = memory.grad_factors(base, k, v)
+    def step(coef, base, weights, momentum, q, k, v, anchor):
+        factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
         orthogonal, new_momentum, tall = {}, {}, {}
         for name, (a, b) in factors.items():
             tall[name] = a.shape[-1] > b.shape[-1]
@@ -149,7 +160,10 @@ def _muon_step(memory: MemoryModel) -> Callable:
             through = (x[:, :, None] @ (_t(wide) if tall[name] else wide)).swapaxes(2, 3)
             # row i: sum_m read_update_im x_i NS5(S_m), one (1 x M) @ (M x d_out) product per row
             update = (coef["read_update"][..., None, :] @ through)[..., 0, :]  # [B, H, C, d_out]
-            return coef["read_decay"][..., None] * (x @ weights[name]) - update
+            out = coef["read_decay"][..., None] * (x @ weights[name]) - update
+            if anchor:  # + (1 - beta_i) x_i A (section 10)
+                out = out + coef["read_anchor"][..., None] * (x @ anchor[name])
+            return out
 
         y = memory.forward_with(linear, q)
         new_weights = {}
@@ -157,7 +171,7 @@ def _muon_step(memory: MemoryModel) -> Callable:
             step_ = (coef["end_update"][..., None, None] * orthogonal[name]).sum(axis=2)
             step_ = _t(step_) if tall[name] else step_
             new_weights[name] = coef["end_decay"][..., None, None] * weights[name] - step_
-        return y, new_weights, new_momentum
+        return y, _with_anchor(new_weights, anchor, coef["end_anchor"]), new_momentum
 
     return step
 
@@ -165,11 +179,13 @@ def _muon_step(memory: MemoryModel) -> Callable:
 _STEPS: dict[tuple, Callable] = {}
 
 
-def chunk_step(memory: MemoryModel, muon: str | None, compiled: bool = True) -> Callable:
-    """The (compiled, cached) chunk step for ``memory`` and an update rule."""
-    key = (memory, muon is not None, compiled)
+def chunk_step(
+    memory: MemoryModel, muon: str | None, compiled: bool = True, max_grad_norm: float | None = None
+) -> Callable:
+    """The (compiled, cached) chunk step for ``memory``, an update rule and a clip."""
+    key = (memory, muon is not None, compiled, max_grad_norm)
     if key not in _STEPS:
-        step = (_plain_step if muon is None else _muon_step)(memory)
+        step = (_plain_step if muon is None else _muon_step)(memory, max_grad_norm)
         _STEPS[key] = mx.compile(step) if compiled else step
     return _STEPS[key]
 
@@ -196,9 +212,11 @@ def memory_scan_chunk(
     muon: str | None,
     read: str,
     compiled: bool = True,
+    max_grad_norm: float | None = None,
+    decay_to: dict[str, mx.array] | None = None,
 ) -> tuple[mx.array, MemoryState]:
     """Chunked dual form; same arguments and result as ``memory_scan_reference``
-    (inputs already validated and in the compute dtype)."""
+    (inputs already validated and in the compute dtype, ``decay_to`` ``[B, H, ...]``)."""
     length, size, window = q.shape[1], chunk_size, omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
@@ -211,7 +229,8 @@ def memory_scan_chunk(
         coefs = plain_coefficients(gates, read)
     else:
         coefs = muon_coefficients(gates, read, muon == "chunk")
-    step = chunk_step(memory, muon, compiled)
+    step = chunk_step(memory, muon, compiled, max_grad_norm)
+    anchor = decay_to or {}
     chunks = zip(
         _per_chunk(coefs),
         unbind(_to_grid(q, left, right, size), 2),  # [B, H, C, Dk] each
@@ -223,7 +242,7 @@ def memory_scan_chunk(
     for n, (coef, q_n, k_n, v_n) in enumerate(chunks):
         if n > 0:
             base = weights  # chunk n's base weights are the weights chunk n - 1 left
-        y_n, weights, mom = step(coef, base, weights, mom, q_n, k_n, v_n)
+        y_n, weights, mom = step(coef, base, weights, mom, q_n, k_n, v_n, anchor)
         outputs.append(y_n)
     y = mx.concatenate(outputs, axis=2)[:, :, left : left + length]  # [B, H, T, Dv]
 

@@ -12,20 +12,25 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
+from .clipping import clip_factors
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
 from .state import MemoryState, last_tokens
 
 
-def _token_step(memory: MemoryModel, muon: str | None, read: str) -> Callable:
-    """``step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q)``:
+def _token_step(
+    memory: MemoryModel, muon: str | None, read: str, max_grad_norm: float | None
+) -> Callable:
+    """``step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q, anchor)``:
     taps ``[B, H, c, D]``, gamma ``[B, H, c]``, gates ``[B, H, 1, 1]``, ``ns_step`` 1.0 where
-    a Muon step is taken at this token (0.0 otherwise), q ``[B, H, 1, Dk]``."""
+    a Muon step is taken at this token (0.0 otherwise), q ``[B, H, 1, Dk]``, ``anchor`` the
+    decay target A (an empty dict: decay toward zero). Each tap's gradient is clipped to
+    ``max_grad_norm`` before its gate (section 9)."""
 
-    def step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q):
+    def step(base, weights, mom, taps_k, taps_v, gamma, theta, eta, alpha, ns_step, q, anchor):
+        factors = clip_factors(memory.grad_factors(base, taps_k, taps_v), max_grad_norm)
         grads = {  # G = sum_j gamma_j a_j^T b_j: [B, H, d_in, d_out]
-            name: mx.swapaxes(gamma[..., None] * a, -1, -2) @ b
-            for name, (a, b) in memory.grad_factors(base, taps_k, taps_v).items()
+            name: mx.swapaxes(gamma[..., None] * a, -1, -2) @ b for name, (a, b) in factors.items()
         }
         previous = weights
         if muon is None:  # Titans eq. 13-14
@@ -37,6 +42,8 @@ def _token_step(memory: MemoryModel, muon: str | None, read: str) -> Callable:
                 n: (1 - alpha) * weights[n] - ns_step * theta * newton_schulz5_reference(mom[n])
                 for n in grads
             }
+        if anchor:  # the decay pulls toward A instead of zero (section 10)
+            weights = {n: w + alpha * anchor[n] for n, w in weights.items()}
         read_weights = weights if read == "after" else previous
         return memory.forward(read_weights, q), weights, mom
 
@@ -46,11 +53,17 @@ def _token_step(memory: MemoryModel, muon: str | None, read: str) -> Callable:
 _STEPS: dict[tuple, Callable] = {}
 
 
-def token_step(memory: MemoryModel, muon: str | None, read: str, compiled: bool) -> Callable:
+def token_step(
+    memory: MemoryModel,
+    muon: str | None,
+    read: str,
+    compiled: bool,
+    max_grad_norm: float | None = None,
+) -> Callable:
     """The (cached, optionally compiled) one-token update."""
-    key = (memory, muon is not None, read, compiled)
+    key = (memory, muon is not None, read, compiled, max_grad_norm)
     if key not in _STEPS:
-        step = _token_step(memory, muon, read)
+        step = _token_step(memory, muon, read, max_grad_norm)
         _STEPS[key] = mx.compile(step) if compiled else step
     return _STEPS[key]
 
@@ -70,6 +83,8 @@ def memory_scan_reference(
     muon: str | None,
     read: str,
     compiled: bool = False,
+    max_grad_norm: float | None = None,
+    decay_to: dict[str, mx.array] | None = None,
 ) -> tuple[mx.array, MemoryState]:
     """Per-token loop; same arguments and result as ``memory_scan_chunk``."""
     length, size, window = q.shape[1], chunk_size, omega_window
@@ -78,7 +93,8 @@ def memory_scan_reference(
         omega_gate = mx.ones((*lr.shape, 1), dtype=lr.dtype)
     keys = mx.concatenate([state.halo_keys, k], axis=2)  # [B, H, c-1+T, Dk]
     values = mx.concatenate([state.halo_values, v], axis=2)
-    step = token_step(memory, muon, read, compiled)
+    step = token_step(memory, muon, read, compiled, max_grad_norm)
+    anchor = decay_to or {}
     gates = [mx.swapaxes(g, 1, 2)[..., None, None] for g in (lr, momentum, decay)]  # [B,H,T,1,1]
 
     weights, mom, base = state.weights, state.momentum, state.chunk_base()
@@ -106,6 +122,7 @@ def memory_scan_reference(
             alpha,
             ns_step,
             q[:, :, r : r + 1],
+            anchor,
         )
         outputs.append(y)
     end = state.position + length

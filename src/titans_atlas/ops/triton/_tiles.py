@@ -134,3 +134,21 @@ def store_chunk_coefficient_grads(
     tl.store(ed + cn, g_ed)
     tl.store(em + cn, g_em)
     tl.store(md + cn, g_md)
+
+
+@device_function
+def clip_scale(a_sq, b_sq, limit):
+    """Per-token clip of a rank-1 gradient a^T b (docs/memory.md, section 9) from the squared
+    row norms ``[U]``: s = limit / sqrt(max(|a|^2 |b|^2, limit^2)) = min(1, limit / (|a||b|)),
+    where it binds, and max(|a|^2 |b|^2, limit^2) (the backward's denominator)."""
+    square = a_sq * b_sq
+    binds = square >= limit * limit
+    floor = tl.maximum(square, limit * limit)
+    return limit / tl.sqrt(floor), binds, floor
+
+
+@device_function
+def clip_kappa(g_dot_b, scale, binds, floor):
+    """kappa = s (g . b) / (|a|^2 |b|^2) where the clip binds, else 0: the backward of
+    b~ = s b is g_b = s g - kappa |a|^2 b and g_a = -kappa |b|^2 a (g the gradient of b~)."""
+    return tl.where(binds, scale * g_dot_b / floor, 0.0)

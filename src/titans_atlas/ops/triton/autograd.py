@@ -55,14 +55,21 @@ def _blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict:
     return sizes | dict(BC=block(c), BU=block(u), BK=block(dk), BV=block(dv))
 
 
+def clip_tensor(clip: float | None, like: torch.Tensor) -> torch.Tensor:
+    """The clip threshold as a one-element tensor of the compute dtype (a float argument
+    would be an fp32 scalar in a compiled kernel); any value when there is no clip."""
+    return torch.full((1,), 1.0 if clip is None else clip, dtype=like.dtype, device=like.device)
+
+
 class LinearScan(torch.autograd.Function):
     """Linear memory: (q, k, v, 8 coefficients, W0, S0, base) -> (y, W_end, S_end, W_last),
     W_last the start weights of the last chunk (the next call's base inside a chunk);
-    ``options`` = (input precision, save for backward)."""
+    ``options`` = (input precision, save for backward, clip threshold or None)."""
 
     @staticmethod
     def forward(ctx, options, q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base):
-        precision, save = options
+        precision, save, clip = options
+        limit = clip_tensor(clip, q)
         groups, chunks = q.shape[:2]
         slots = chunks + 1 if save else 2
         w_states = w0.new_empty(groups, slots, *w0.shape[1:])
@@ -70,13 +77,13 @@ class LinearScan(torch.autograd.Function):
         y = q.new_empty(groups, chunks, q.shape[2], v.shape[-1])
         sizes = _blocks(q, k, v)
         linear_forward_kernel[(groups,)](
-            q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base, y, w_states, s_states,
-            chunks, **sizes, SAVE=save, PREC=precision, **_launch(),
+            q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base, y, w_states, s_states, limit,
+            chunks, **sizes, SAVE=save, PREC=precision, CLIP=clip is not None, **_launch(),
         )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
             ctx.save_for_backward(q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states)
-            ctx.precision = precision
+            ctx.precision, ctx.clip = precision, clip
         return y, w_states[:, end].clone(), s_states[:, end].clone(), w_states[:, last].clone()
 
     @staticmethod
@@ -92,7 +99,8 @@ class LinearScan(torch.autograd.Function):
         linear_backward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states,
             g_y, g_w_end, g_s_end, g_w_last, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base,
-            chunks, **_blocks(q, k, v), PREC=ctx.precision, **_launch(),
+            clip_tensor(ctx.clip, q), chunks, **_blocks(q, k, v), PREC=ctx.precision,
+            CLIP=ctx.clip is not None, **_launch(),
         )  # fmt: skip
         return None, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base
 
@@ -100,11 +108,11 @@ class LinearScan(torch.autograd.Function):
 class MLPScan(torch.autograd.Function):
     """2-layer MLP memory: (q, k, v, 8 coefficients, W1, S1, W2, S2, B1, B2) ->
     (y, W1_end, S1_end, W2_end, S2_end, W1_last, W2_last); ``options`` = (input precision,
-    activation code, residual, save for backward)."""
+    activation code, residual, save for backward, clip threshold or None)."""
 
     @staticmethod
     def forward(ctx, options, q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2):
-        precision, act, residual, save = options
+        precision, act, residual, save, clip = options
         groups, chunks = q.shape[:2]
         slots = chunks + 1 if save else 2
         states = [x.new_empty(groups, slots, *x.shape[1:]) for x in (w1, s1, w2, s2)]
@@ -112,8 +120,8 @@ class MLPScan(torch.autograd.Function):
         sizes = _mlp_blocks(q, k, v, w1)
         mlp_forward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, y, *states,
-            chunks, **sizes, ACT=act, RESIDUAL=residual, SAVE=save, PREC=precision,
-            **_launch(),
+            clip_tensor(clip, q), chunks, **sizes, ACT=act, RESIDUAL=residual, SAVE=save,
+            PREC=precision, CLIP=clip is not None, **_launch(),
         )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
@@ -126,7 +134,7 @@ class MLPScan(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g_y, g_w1, g_s1, g_w2, g_s2, g_w1_last, g_w2_last):
         q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states = ctx.saved_tensors
-        precision, act, residual, _ = ctx.options
+        precision, act, residual, _, clip = ctx.options
         groups, chunks = q.shape[:2]
         g_y = _zeros_if_none(g_y, q.new_empty(*q.shape[:3], v.shape[-1]))
         incoming = [
@@ -143,8 +151,9 @@ class MLPScan(torch.autograd.Function):
         scratch = [q.new_empty(groups, sizes["BU"], hidden_padded) for _ in range(2)]
         mlp_backward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states, g_y, *incoming,
-            g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch,
-            chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision, **_launch(),
+            g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch, clip_tensor(clip, q),
+            chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision,
+            CLIP=clip is not None, **_launch(),
         )  # fmt: skip
         g_w1, g_s1, g_w2, g_s2 = (x[:, 0] for x in g_slots)  # chunk 0's start-state gradient
         return None, g_q, g_k, g_v, *g_coef, g_w1, g_s1, g_w2, g_s2, g_b1, g_b2

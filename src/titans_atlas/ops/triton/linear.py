@@ -7,6 +7,9 @@ registers; per chunk n (docs/memory.md, eq. 4 and "Chunk end"), with base weight
     y  = rd * (q W) + rm * (q S) - (RG * q k^T) D   [C, Dv]
     W' = ed W + em S - k^T (eg * D),   S' = md S - k^T (mg * D)
 
+With CLIP, D is replaced by s * D in the reads and the end state, s = min(1, c / (|k| |D|))
+per token (docs/memory.md, section 9; c loaded from ``clip``).
+
 The last chunk's start W is an output too: it is the state's ``base`` when the stream
 ends inside a chunk. The backward walks the chunks in reverse from the saved chunk-start
 states and recomputes D; nothing per token is stored.
@@ -18,16 +21,24 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._tiles import load_chunk_coefficients, load_tile, store_chunk_coefficient_grads, store_tile
+from ._tiles import (
+    clip_kappa,
+    clip_scale,
+    load_chunk_coefficients,
+    load_tile,
+    store_chunk_coefficient_grads,
+    store_tile,
+)
 
 
 @triton.jit
 def linear_forward_kernel(
     q, k, v, rd, rm, rg, ed, em, eg, md, mg,  # chunk grid and coefficients
     w0, s0, base, y, w_states, s_states,  # [G, Dk, Dv] start state; outputs
+    clip,  # [1] the clip threshold c (read only with CLIP)
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    SAVE: tl.constexpr, PREC: tl.constexpr,
+    SAVE: tl.constexpr, PREC: tl.constexpr, CLIP: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     slots = N + 1 if SAVE else 2  # every chunk-start state for the backward, or ping-pong
@@ -48,6 +59,10 @@ def linear_forward_kernel(
         )
         end_keep, end_momentum, momentum_carry = scalars
         delta = tl.dot(kn, wb, input_precision=PREC) - vn
+        if CLIP:
+            scale, _, _ = clip_scale(tl.sum(kn * kn, axis=1), tl.sum(delta * delta, axis=1),
+                                     tl.load(clip))  # fmt: skip
+            delta = scale[:, None] * delta
         scores = read_grad * tl.dot(qn, tl.trans(kn), input_precision=PREC)
         out = read_keep[:, None] * tl.dot(qn, w, input_precision=PREC)
         out += read_momentum[:, None] * tl.dot(qn, s, input_precision=PREC)
@@ -68,10 +83,10 @@ def linear_forward_kernel(
 def linear_backward_kernel(
     q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states,
     gy, gw_end, gs_end, gw_last,  # gradients of y, the end state, the last chunk's start W
-    gq, gk, gv, grd, grm, grg, ged, gem, geg, gmd, gmg, gw0, gs0, gbase,
+    gq, gk, gv, grd, grm, grg, ged, gem, geg, gmd, gmg, gw0, gs0, gbase, clip,
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, CLIP: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     i, u, dk, dv = tl.arange(0, BC), tl.arange(0, BU), tl.arange(0, BK), tl.arange(0, BV)
@@ -95,7 +110,12 @@ def linear_backward_kernel(
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
         end_keep, end_momentum, momentum_carry = scalars
-        delta = tl.dot(kn, wb, input_precision=PREC) - vn
+        raw = tl.dot(kn, wb, input_precision=PREC) - vn  # D; the factor b is s D with CLIP
+        delta = raw
+        if CLIP:
+            k_sq, d_sq = tl.sum(kn * kn, axis=1), tl.sum(raw * raw, axis=1)
+            scale, binds, floor = clip_scale(k_sq, d_sq, tl.load(clip))
+            delta = scale[:, None] * raw
         qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
         scores = read_grad * qk
         # reads: y = rd (q W) + rm (q S) - scores D
@@ -120,6 +140,10 @@ def linear_backward_kernel(
         g_mg = -tl.sum(k_gs * delta, axis=1)
         g_k -= tl.dot(end_grad[:, None] * delta, tl.trans(g_w), input_precision=PREC)
         g_k -= tl.dot(momentum_grad[:, None] * delta, tl.trans(g_s), input_precision=PREC)
+        if CLIP:  # g_delta is the gradient of s D: through s to D and to k (clip_kappa)
+            kappa = clip_kappa(tl.sum(g_delta * raw, axis=1), scale, binds, floor)
+            g_delta = scale[:, None] * g_delta - (kappa * k_sq)[:, None] * raw
+            g_k -= (kappa * d_sq)[:, None] * kn
         # gradient factor: D = k Wb - v
         g_k += tl.dot(g_delta, tl.trans(wb), input_precision=PREC)
         g_wb = tl.dot(tl.trans(kn), g_delta, input_precision=PREC)

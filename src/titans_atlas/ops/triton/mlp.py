@@ -11,7 +11,11 @@ Per chunk (docs/memory.md, eq. 4), with base weights B1, B2 and act' / act'' its
     y  = rd (Hq W2) + rm (Hq S2) - (RG * Hq H^T) D2 (+ q)
     W' = ed W + em S - a^T (eg * b),  S' = md S - a^T (mg * b)   for (a, b) of each weight
 
-D2 needs every hidden tile (pass 1); then one pass per tile does the rest. The backward is in
+D2 needs every hidden tile (pass 1); then one pass per tile does the rest. With CLIP every
+token's factors b are scaled, weight by weight, s2 = min(1, c / (|H| |D2|)) on D2 and
+s1 = min(1, c / (|k| |D1|)) on D1 (docs/memory.md, section 9): |H|^2 comes with pass 1 and
+|D1|^2 takes one more pass over the tiles (``hidden_error_norm``); D1 itself is still computed
+from the unclipped D2 (it is the backpropagated error, not W2's update). The backward is in
 mlp_backward.py. Axes: C rows, U = C + c - 1 key columns, T hidden tiles of width BT.
 """
 
@@ -20,7 +24,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._tiles import activation, device_function, load_chunk_coefficients, load_tile, store_tile
+from ._tiles import (
+    activation,
+    clip_scale,
+    device_function,
+    load_chunk_coefficients,
+    load_tile,
+    store_tile,
+)
 
 
 @device_function
@@ -60,16 +71,49 @@ def read_tile(qn, scores1, d1, w1_t, s1_t, rd, rm, ACT: tl.constexpr, PREC: tl.c
 def factor_delta(kn, vn, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, NT,
                  BU: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                  ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
-    """D2 = f(B, k) - v ``[U, Dv]``: the output error at the base weights (all hidden tiles)."""
+    """D2 = f(B, k) - v ``[U, Dv]``: the output error at the base weights (all hidden tiles),
+    and |H|^2 per key column ``[U]``."""
     out = tl.zeros([BU, BV], dtype=kn.dtype)
+    h_sq = tl.zeros([BU], dtype=kn.dtype)
     for t in range(NT):
         hid = t * BT + tl.arange(0, BT)
         b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
         h, _, _ = activation(tl.dot(kn, b1_t, input_precision=PREC), ACT)
         out += tl.dot(h, b2_t, input_precision=PREC)
+        h_sq += tl.sum(h * h, axis=1)
     if RESIDUAL:
         out += kn
-    return out - vn
+    return out - vn, h_sq
+
+
+@device_function
+def hidden_error_norm(kn, delta2, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, NT,
+                      BU: tl.constexpr, BT: tl.constexpr, ACT: tl.constexpr,
+                      PREC: tl.constexpr):  # fmt: skip
+    """|D1|^2 per key column ``[U]`` (all hidden tiles): the clip of W1's factors needs it
+    before any tile uses D1."""
+    d1_sq = tl.zeros([BU], dtype=kn.dtype)
+    for t in range(NT):
+        hid = t * BT + tl.arange(0, BT)
+        b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
+        _, _, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+        d1_sq += tl.sum(d1 * d1, axis=1)
+    return d1_sq
+
+
+@device_function
+def clip_scales(kn, delta2, h_sq, b1, b2, w1, w2, clip, n, dk, dv, DK, DH, DV, NT,
+                BU: tl.constexpr, BT: tl.constexpr, ACT: tl.constexpr,
+                PREC: tl.constexpr):  # fmt: skip
+    """The clip of both weights' factors, flat: s1, binds1, floor1 for (k, D1), s2, binds2,
+    floor2 for (H, D2) (``clip_scale``), then |k|^2, |D1|^2, |D2|^2 (the backward's terms)."""
+    limit = tl.load(clip)
+    d1_sq = hidden_error_norm(kn, delta2, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, NT,
+                              BU, BT, ACT, PREC)  # fmt: skip
+    k_sq, d2_sq = tl.sum(kn * kn, axis=1), tl.sum(delta2 * delta2, axis=1)
+    scale1, binds1, floor1 = clip_scale(k_sq, d1_sq, limit)
+    scale2, binds2, floor2 = clip_scale(h_sq, d2_sq, limit)
+    return scale1, binds1, floor1, scale2, binds2, floor2, k_sq, d1_sq, d2_sq
 
 
 @device_function
@@ -89,9 +133,11 @@ def mlp_forward_kernel(
     q, k, v, rd, rm, rg, ed, em, eg, md, mg,  # chunk grid and coefficients
     w1_0, s1_0, w2_0, s2_0, b1, b2,  # start state and chunk 0's base weights [G, ...]
     y, w1_st, s1_st, w2_st, s2_st,  # outputs: reads, state slots [G, slots, ...]
+    clip,  # [1] the clip threshold c (read only with CLIP)
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DH: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     ACT: tl.constexpr, RESIDUAL: tl.constexpr, SAVE: tl.constexpr, PREC: tl.constexpr,
+    CLIP: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     slots = N + 1 if SAVE else 2  # every chunk-start state for the backward, or ping-pong
@@ -117,14 +163,23 @@ def mlp_forward_kernel(
         )
         end_keep, end_momentum, momentum_carry = scalars
         scores1 = read_grad * tl.dot(qn, tl.trans(kn), input_precision=PREC)
-        delta2 = factor_delta(kn, vn, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, nt,
-                              BU, BT, BV, ACT, RESIDUAL, PREC)  # fmt: skip
+        delta2, h_sq = factor_delta(kn, vn, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, nt,
+                                    BU, BT, BV, ACT, RESIDUAL, PREC)  # fmt: skip
+        scale1 = tl.full([BU], 1.0, dtype=qn.dtype)  # the clip's s1, s2 (1: no clip)
+        scale2 = tl.full([BU], 1.0, dtype=qn.dtype)
+        if CLIP:
+            scale1, _, _, scale2, _, _, _, _, _ = clip_scales(
+                kn, delta2, h_sq, b1, b2, w1, w2, clip, n, dk, dv, DK, DH, DV, nt,
+                BU, BT, ACT, PREC,
+            )  # fmt: skip
+        delta2c = scale2[:, None] * delta2  # W2's factor b
         out = tl.zeros([BC, BV], dtype=qn.dtype)
         hh = tl.zeros([BC, BU], dtype=qn.dtype)  # Hq H^T, the layer-2 scores
         for t in range(nt):
             hid = t * BT + tl.arange(0, BT)
             b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
             _, h, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+            d1 = scale1[:, None] * d1  # W1's factor b
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
             _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
@@ -138,14 +193,14 @@ def mlp_forward_kernel(
             s1_n = momentum_carry * s1_t
             s1_n -= tl.dot(kt, momentum_grad[:, None] * d1, input_precision=PREC)
             w2_n = end_keep * w2_t + end_momentum * s2_t
-            w2_n -= tl.dot(ht, end_grad[:, None] * delta2, input_precision=PREC)
+            w2_n -= tl.dot(ht, end_grad[:, None] * delta2c, input_precision=PREC)
             s2_n = momentum_carry * s2_t
-            s2_n -= tl.dot(ht, momentum_grad[:, None] * delta2, input_precision=PREC)
+            s2_n -= tl.dot(ht, momentum_grad[:, None] * delta2c, input_precision=PREC)
             store_tile(w1_st + nxt * sz1, w1_n, dk, hid, DK, DH, DH)
             store_tile(s1_st + nxt * sz1, s1_n, dk, hid, DK, DH, DH)
             store_tile(w2_st + nxt * sz2, w2_n, hid, dv, DH, DV, DV)
             store_tile(s2_st + nxt * sz2, s2_n, hid, dv, DH, DV, DV)
-        out -= tl.dot(read_grad * hh, delta2, input_precision=PREC)
+        out -= tl.dot(read_grad * hh, delta2c, input_precision=PREC)
         if RESIDUAL:
             out += qn
         store_tile(y + cn * C * DV, out, i, dv, C, DV, DV)

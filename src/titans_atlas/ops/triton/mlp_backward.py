@@ -10,6 +10,13 @@ the hidden tiles recompute what they need (nothing per token is stored):
     3. per tile: layer-1 read and end-state gradients, gD1 and its share of gD2; the
        start-state gradient; the part of gZ known so far and gP (to two scratch tiles)
     4. per tile, now that gD2 is complete: gZ, the base-weight gradients gB1, gB2, and gk
+
+With CLIP (mlp.py) the factors are s2 D2 and s1 D1, and one more pass before pass 2 finds
+|D1|^2. Passes 1-3 then collect the gradients of the clipped factors; the clip's own backward
+(``clip_kappa``: g_b = s g - kappa |a|^2 b, g_a = -kappa |b|^2 a) needs g . b summed over every
+hidden tile, so its per-row kappa is known only after pass 3. Its terms are per-row multiples
+of quantities known earlier: the D2 share of D1's term is accumulated in pass 3 (``y_p``),
+and the Z and P shares are recomputed in pass 4 from P = D2 B2^T.
 """
 
 from __future__ import annotations
@@ -19,23 +26,25 @@ import triton.language as tl
 
 from ._tiles import (
     activation,
+    clip_kappa,
     device_function,
     load_chunk_coefficients,
     load_tile,
     store_chunk_coefficient_grads,
     store_tile,
 )
-from .mlp import base_tiles, copy_state, factor_tile, read_tile
+from .mlp import base_tiles, clip_scales, copy_state, factor_tile, read_tile
 
 
 @device_function
 def _output_error(kn, vn, b1, b2, w1, w2, gw2, gs2, n, dk, dv, DK, DH, DV, NT,
                   BU: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                   ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
-    """Pass 1: D2 ``[U, Dv]``, and H gW2', H gS2' for the incoming end-state gradients."""
+    """Pass 1: D2 ``[U, Dv]``, H gW2', H gS2' for the incoming end-state gradients, |H|^2."""
     out = tl.zeros([BU, BV], dtype=kn.dtype)
     h_gw2 = tl.zeros([BU, BV], dtype=kn.dtype)
     h_gs2 = tl.zeros([BU, BV], dtype=kn.dtype)
+    h_sq = tl.zeros([BU], dtype=kn.dtype)
     for t in range(NT):
         hid = t * BT + tl.arange(0, BT)
         b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
@@ -43,16 +52,17 @@ def _output_error(kn, vn, b1, b2, w1, w2, gw2, gs2, n, dk, dv, DK, DH, DV, NT,
         out += tl.dot(h, b2_t, input_precision=PREC)
         h_gw2 += tl.dot(h, load_tile(gw2, hid, dv, DH, DV, DV), input_precision=PREC)
         h_gs2 += tl.dot(h, load_tile(gs2, hid, dv, DH, DV, DV), input_precision=PREC)
+        h_sq += tl.sum(h * h, axis=1)
     if RESIDUAL:
         out += kn
-    return out - vn, h_gw2, h_gs2
+    return out - vn, h_gw2, h_gs2, h_sq
 
 
 @device_function
-def _layer2_read(qn, kn, delta2, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk, dv,
+def _layer2_read(qn, kn, delta2, scale1, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk, dv,
                  DK, DH, DV, NT, BC: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr,
                  BV: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
-    """Pass 2: Hq H^T ``[C, U]``, Hq W2 and Hq S2 ``[C, Dv]``."""
+    """Pass 2: Hq H^T ``[C, U]``, Hq W2 and Hq S2 ``[C, Dv]`` (W1's factor is s1 D1)."""
     hh = tl.zeros([BC, BU], dtype=qn.dtype)
     hq_w2 = tl.zeros([BC, BV], dtype=qn.dtype)
     hq_s2 = tl.zeros([BC, BV], dtype=qn.dtype)
@@ -61,7 +71,7 @@ def _layer2_read(qn, kn, delta2, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk,
         b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
         _, h, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
         w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
-        _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, rd, rm, ACT, PREC)
+        _, _, hq, _ = read_tile(qn, scores1, scale1[:, None] * d1, w1_t, s1_t, rd, rm, ACT, PREC)
         hh += tl.dot(hq, tl.trans(h), input_precision=PREC)
         hq_w2 += tl.dot(hq, load_tile(w2, hid, dv, DH, DV, DV), input_precision=PREC)
         hq_s2 += tl.dot(hq, load_tile(s2, hid, dv, DH, DV, DV), input_precision=PREC)
@@ -69,12 +79,14 @@ def _layer2_read(qn, kn, delta2, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk,
 
 
 @device_function
-def _base_gradients(kn, delta2, g_delta2, b1, b2, w1, w2, gz_part, gp, gw1, gw2, gb1, gb2,
-                    n, dk, dv, DK, DH, DV, DHP, NT, BU: tl.constexpr, BK: tl.constexpr,
-                    BT: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+def _base_gradients(kn, delta2, g_delta2, clip_d1, clip_h, b1, b2, w1, w2, gz_part, gp, gw1,
+                    gw2, gb1, gb2, n, dk, dv, DK, DH, DV, DHP, NT, BU: tl.constexpr,
+                    BK: tl.constexpr, BT: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr,
+                    CLIP: tl.constexpr):  # fmt: skip
     """Pass 4: gZ from the scratch part and the complete gD2; add gB1, gB2 to the start-state
-    gradient (chunk n > 0, whose base is its start) or write them out (chunk 0). Returns
-    chunk n's gk share gZ B1^T."""
+    gradient (chunk n > 0, whose base is its start) or write them out (chunk 0). With CLIP the
+    clip's terms join: ``clip_d1`` (-kappa1 |k|^2) times D1 into gD1, ``clip_h`` (-kappa2
+    |D2|^2) times H into gH. Returns chunk n's gk share gZ B1^T."""
     u = tl.arange(0, BU)
     later_k, later_h = tl.where(n > 0, DK, 0), tl.where(n > 0, DH, 0)
     first_k, first_h = DK - later_k, DH - later_h
@@ -82,10 +94,14 @@ def _base_gradients(kn, delta2, g_delta2, b1, b2, w1, w2, gz_part, gp, gw1, gw2,
     for t in range(NT):
         hid = t * BT + tl.arange(0, BT)
         b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
-        h, dh, _ = activation(tl.dot(kn, b1_t, input_precision=PREC), ACT)
+        h, dh, ddh = activation(tl.dot(kn, b1_t, input_precision=PREC), ACT)
         g_z = load_tile(gz_part, u, hid, BU, DHP, DHP)
         g_z += tl.dot(g_delta2, tl.trans(b2_t), input_precision=PREC) * dh
         g_p = load_tile(gp, u, hid, BU, DHP, DHP)
+        if CLIP:  # gD1 += clip_d1 D1 with D1 = P act'(Z); gH += clip_h H with H = act(Z)
+            p = tl.dot(delta2, tl.trans(b2_t), input_precision=PREC)
+            g_z += clip_d1[:, None] * p * p * dh * ddh + clip_h[:, None] * h * dh
+            g_p += clip_d1[:, None] * p * dh * dh
         g_k += tl.dot(g_z, tl.trans(b1_t), input_precision=PREC)
         g_b1 = tl.dot(tl.trans(kn), g_z, input_precision=PREC)
         g_b2 = tl.dot(tl.trans(g_p), delta2, input_precision=PREC)
@@ -106,9 +122,10 @@ def mlp_backward_kernel(
     gq, gk, gv, grd, grm, grg, ged, gem, geg, gmd, gmg,  # gradients of the chunk grid
     gw1_st, gs1_st, gw2_st, gs2_st, gb1, gb2,  # state gradient slots [G, 2, ...], base grads
     scratch_z, scratch_p,  # [G, BU, DHP] per-program scratch between passes 3 and 4
+    clip,  # [1] the clip threshold c (read only with CLIP)
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DH: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
-    ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr,
+    ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr, CLIP: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     nt = tl.cdiv(DH, BT)
@@ -143,20 +160,31 @@ def mlp_backward_kernel(
         end_keep, end_momentum, momentum_carry = scalars
         qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
         scores1 = read_grad * qk
-        delta2, h_gw2, h_gs2 = _output_error(
+        delta2, h_gw2, h_gs2, h_sq = _output_error(
             kn, vn, b1, b2, w1, w2, gi_w2, gi_s2, n, dk, dv, DK, DH, DV, nt,
             BU, BT, BV, ACT, RESIDUAL, PREC,
         )  # fmt: skip
-        g_delta2 = -end_grad[:, None] * h_gw2 - momentum_grad[:, None] * h_gs2
-        g_eg = -tl.sum(h_gw2 * delta2, axis=1)
-        g_mg = -tl.sum(h_gs2 * delta2, axis=1)
-        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scores1, read_keep, read_momentum,
-                                        b1, b2, w1, s1, w2, s2, n, dk, dv, DK, DH, DV, nt,
-                                        BC, BU, BT, BV, ACT, PREC)  # fmt: skip
-        g_scores2 = -tl.dot(g_out, tl.trans(delta2), input_precision=PREC)  # [C, U]
+        scale1 = tl.full([BU], 1.0, dtype=qn.dtype)  # the clip's s1, s2 (1: no clip)
+        scale2 = tl.full([BU], 1.0, dtype=qn.dtype)
+        if CLIP:
+            scale1, binds1, floor1, scale2, binds2, floor2, k_sq, d1_sq, d2_sq = clip_scales(
+                kn, delta2, h_sq, b1, b2, w1, w2, clip, n, dk, dv, DK, DH, DV, nt,
+                BU, BT, ACT, PREC,
+            )  # fmt: skip
+        delta2c = scale2[:, None] * delta2  # W2's factor b; g_delta2c its gradient
+        g_delta2c = -end_grad[:, None] * h_gw2 - momentum_grad[:, None] * h_gs2
+        g_eg = -tl.sum(h_gw2 * delta2c, axis=1)
+        g_mg = -tl.sum(h_gs2 * delta2c, axis=1)
+        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scale1, scores1, read_keep,
+                                        read_momentum, b1, b2, w1, s1, w2, s2, n, dk, dv,
+                                        DK, DH, DV, nt, BC, BU, BT, BV, ACT, PREC)  # fmt: skip
+        g_scores2 = -tl.dot(g_out, tl.trans(delta2c), input_precision=PREC)  # [C, U]
         g_rg = g_scores2 * hh
         g_hh = g_scores2 * read_grad
-        g_delta2 -= tl.dot(tl.trans(read_grad * hh), g_out, input_precision=PREC)
+        g_delta2c -= tl.dot(tl.trans(read_grad * hh), g_out, input_precision=PREC)
+        g_delta2 = tl.zeros([BU, BV], dtype=qn.dtype)  # D2's gradient through P = D2 B2^T
+        y_p = tl.zeros([BU, BV], dtype=qn.dtype)  # sum over tiles of (P act'^2) B2 (clip term)
+        g_dot_d1 = tl.zeros([BU], dtype=qn.dtype)  # gD1c . D1 over all tiles (clip term)
         g_rd = tl.sum(g_out * hq_w2, axis=1)
         g_rm = tl.sum(g_out * hq_s2, axis=1)
         g_q = tl.zeros([BC, BK], dtype=qn.dtype)
@@ -171,7 +199,8 @@ def mlp_backward_kernel(
         for t in range(nt):  # pass 3
             hid = t * BT + tl.arange(0, BT)
             b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
-            _, h, dh, ddh, p, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+            _, h, dh, ddh, p, d1_raw = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
+            d1 = scale1[:, None] * d1_raw  # W1's factor b; g_d1 below is its gradient
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
             qw, qs, hq, dhq = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
@@ -199,12 +228,17 @@ def mlp_backward_kernel(
             g_mg -= tl.sum(k_gs1 * d1, axis=1)
             g_k -= tl.dot(end_grad[:, None] * d1, tl.trans(gi_w1_t), input_precision=PREC)
             g_k -= tl.dot(momentum_grad[:, None] * d1, tl.trans(gi_s1_t), input_precision=PREC)
+            g_dot_d1 += tl.sum(g_d1 * d1_raw, axis=1)
+            g_d1 = scale1[:, None] * g_d1  # the clip's kappa term joins after the last tile
             g_p = g_d1 * dh
             g_delta2 += tl.dot(g_p, b2_t, input_precision=PREC)
+            if CLIP:
+                y_p += tl.dot(p * dh * dh, b2_t, input_precision=PREC)
             # gZ without its gD2 B2^T term (pass 4 adds it once gD2 is complete)
             g_h = tl.dot(tl.trans(g_hh), hq, input_precision=PREC)
-            g_h -= tl.dot(end_grad[:, None] * delta2, tl.trans(gi_w2_t), input_precision=PREC)
-            g_h -= tl.dot(momentum_grad[:, None] * delta2, tl.trans(gi_s2_t), input_precision=PREC)
+            g_h -= tl.dot(end_grad[:, None] * delta2c, tl.trans(gi_w2_t), input_precision=PREC)
+            g_h -= tl.dot(momentum_grad[:, None] * delta2c, tl.trans(gi_s2_t),
+                          input_precision=PREC)  # fmt: skip
             store_tile(scratch_z, g_h * dh + g_d1 * p * ddh, u, hid, BU, dhp, dhp)
             store_tile(scratch_p, g_p, u, hid, BU, dhp, dhp)
             # start-state gradient (the last chunk's start weights are an output too)
@@ -227,12 +261,21 @@ def mlp_backward_kernel(
         g_qk = g_scores1 * read_grad
         g_q += tl.dot(g_qk, kn, input_precision=PREC)
         g_k += tl.dot(tl.trans(g_qk), qn, input_precision=PREC)
+        clip_d1 = tl.zeros([BU], dtype=qn.dtype)  # -kappa1 |k|^2 and -kappa2 |D2|^2
+        clip_h = tl.zeros([BU], dtype=qn.dtype)
+        if CLIP:  # the clip's backward: g_b = s g - kappa |a|^2 b, g_a = -kappa |b|^2 a
+            kappa1 = clip_kappa(g_dot_d1, scale1, binds1, floor1)
+            kappa2 = clip_kappa(tl.sum(g_delta2c * delta2, axis=1), scale2, binds2, floor2)
+            clip_d1, clip_h = -kappa1 * k_sq, -kappa2 * d2_sq
+            g_delta2 += clip_d1[:, None] * y_p - (kappa2 * h_sq)[:, None] * delta2
+            g_k -= (kappa1 * d1_sq)[:, None] * kn
+        g_delta2 += scale2[:, None] * g_delta2c
         if RESIDUAL:
             g_k += g_delta2
         tl.debug_barrier()  # pass 4 reads the scratch and start-gradient tiles of pass 3
-        g_k += _base_gradients(kn, delta2, g_delta2, b1, b2, w1, w2, scratch_z, scratch_p,
-                               go_w1, go_w2, gb1, gb2, n, dk, dv, DK, DH, DV, dhp, nt,
-                               BU, BK, BT, ACT, PREC)  # fmt: skip
+        g_k += _base_gradients(kn, delta2, g_delta2, clip_d1, clip_h, b1, b2, w1, w2,
+                               scratch_z, scratch_p, go_w1, go_w2, gb1, gb2, n, dk, dv,
+                               DK, DH, DV, dhp, nt, BU, BK, BT, ACT, PREC, CLIP)  # fmt: skip
         store_tile(gq + cn * C * DK, g_q, i, dk, C, DK, DK)
         store_tile(gk + cn * U * DK, g_k, u, dk, U, DK, DK)
         store_tile(gv + cn * U * DV, -g_delta2, u, dv, U, DV, DV)

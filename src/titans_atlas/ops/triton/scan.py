@@ -77,7 +77,7 @@ def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
     return [tensors[name].reshape(-1, *tensors[name].shape[2:]).contiguous() for name in names]
 
 
-def _fused_loop(memory, grids, coefs, state, precision):
+def _fused_loop(memory, grids, coefs, state, precision, clip):
     """Run the fused kernels; return y ``[B*H, N, C, Dv]``, the end weights and momentum, and
     the start weights of the last chunk (lists in ``weight_shapes`` order, ``[B*H, ...]``)."""
     names = list(memory.weight_shapes())
@@ -88,10 +88,10 @@ def _fused_loop(memory, grids, coefs, state, precision):
     save = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     if isinstance(memory, LinearMemory):
         y, w, s, last = LinearScan.apply(
-            (precision, save), *grids, *coefs, weights[0], momentum[0], base[0]
+            (precision, save, clip), *grids, *coefs, weights[0], momentum[0], base[0]
         )
         return y, [w], [s], [last]
-    options = (precision, ACTIVATION_CODES[memory.activation], memory.residual, save)
+    options = (precision, ACTIVATION_CODES[memory.activation], memory.residual, save, clip)
     y, w1, s1, w2, s2, last1, last2 = MLPScan.apply(
         options, *grids, *coefs, weights[0], momentum[0], weights[1], momentum[1], *base
     )
@@ -136,6 +136,11 @@ def memory_scan_triton(
     """
     dtype = next(iter(state.weights.values())).dtype
     check_supported(memory, options, q.device, dtype)
+    if gates.decay_to is not None:
+        raise ValueError(
+            "impl='triton' decays toward zero only, got decay_to (use impl='chunk'; docs/gpu.md)"
+        )
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
@@ -148,7 +153,9 @@ def memory_scan_triton(
     grid_gates = _grid_gates(gates, state.position, left, right, size)
     coefs = _flat_coefficients(momentum_coefficients(grid_gates, options.read))
     grids = _chunk_grids(q, k, v, state, left, right, size)
-    y, weights, moms, last_start = _fused_loop(memory, grids, coefs, state, precision)
+    y, weights, moms, last_start = _fused_loop(
+        memory, grids, coefs, state, precision, options.max_grad_norm
+    )
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
 
     def unflat(flat: list[torch.Tensor]) -> dict[str, torch.Tensor]:  # [B*H, ...] -> [B, H, ...]

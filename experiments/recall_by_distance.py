@@ -1,0 +1,139 @@
+"""Recall beyond the attention window (issue 10; docs/results.md).
+
+Trains one model with the library's own loop on the ``recall`` preset (key-value recall, an
+8-token attention window, 128-token sequences, every distance up to 126 in training), then
+measures recall accuracy against the distance -- in units of the window, at the training
+length -- and at 2x-16x the training length, with the answer at the far end. One JSON line per
+run is appended to ``--results``; ``--plot`` draws every line in the file into one figure and
+prints the markdown table.
+
+    python experiments/recall_by_distance.py --model lmm --seed 0
+    python experiments/recall_by_distance.py --model swa --seed 0
+    python experiments/recall_by_distance.py --plot
+
+Each run is seeded (data, initialisation); one CPU thread, so runs can go side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from titans_atlas.eval.distance import recall_by_distance
+from titans_atlas.train import Trainer, build_config
+
+RESULTS = Path("docs/results/recall.jsonl")
+DISTANCES = (4, 8, 16, 32, 64, 120)  # at the training length: 1/2 to 15 windows
+LENGTHS = (256, 512, 1024, 2048)  # 2x-16x the training length, answer LENGTH - 16 back
+PAIRS, VOCAB = 4, 32
+
+
+def run(args: argparse.Namespace) -> dict:
+    overrides = [
+        f"model.name={args.model}",
+        f"train.seed={args.seed}",
+        f"train.out_dir=runs/recall/{args.model}-seed{args.seed}",
+        "train.progress=false",
+        "train.threads=1",
+        "train.control=null",
+        *args.set,
+    ]
+    if args.steps:
+        overrides.append(f"train.steps={args.steps}")
+    config = build_config("recall", overrides=overrides)
+    start = time.time()
+    trainer = Trainer(config)
+    result = trainer.run()
+    model = trainer.model.eval()
+    measured = recall_by_distance(
+        model, DISTANCES, LENGTHS, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
+        samples=args.samples, seed=1000 + args.seed,
+    )  # fmt: skip
+    near, far = measured["distance"], measured["length"]
+    last = sorted(result.losses)[-25:]
+    return {
+        "model": args.model,
+        "seed": args.seed,
+        "overrides": args.set,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": result.step,
+        "final_loss": round(sum(result.losses[s] for s in last) / len(last), 4),
+        "window": model.config.window,
+        "chance": 1 / (VOCAB // 2),
+        "distance_accuracy": {str(d): round(a, 4) for d, a in near.items()},
+        "length_accuracy": {str(n): round(a, 4) for n, a in far.items()},
+        "seconds": round(time.time() - start),
+        "samples": args.samples,
+    }
+
+
+def plot(path: Path, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for item in runs:
+        label = f"{item['model']} (seed {item['seed']})"
+        near = item["distance_accuracy"]
+        left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
+                  marker="o", label=label)  # fmt: skip
+        far = item["length_accuracy"]
+        right.plot([int(n) for n in far], [100 * a for a in far.values()], marker="o")
+    for axis in (left, right):
+        axis.axhline(100 / (VOCAB // 2), color="grey", linestyle=":", label="chance")
+        axis.set_xscale("log", base=2)
+        axis.grid(alpha=0.3)
+    left.axvline(1.0, color="black", linewidth=0.8)
+    left.set(xlabel="distance to the answer (attention windows)", ylabel="recall accuracy (%)",
+             title="trained length (128 tokens)")  # fmt: skip
+    right.set(xlabel="sequence length (answer length - 16 back)", title="past the training length")
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    print(table(runs))
+
+
+def table(runs: list[dict]) -> str:
+    near, far = runs[0]["distance_accuracy"], runs[0]["length_accuracy"]
+    window = runs[0]["window"]
+    head = ["model", "seed", "params", "loss"] + [f"{int(d) / window:g}W" for d in near]
+    head += [f"L={n}" for n in far] + ["minutes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for item in runs:
+        cells = [item["model"], str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k",
+                 f"{item['final_loss']:.2f}"]  # fmt: skip
+        cells += [f"{100 * a:.0f}" for a in item["distance_accuracy"].values()]
+        cells += [f"{100 * a:.0f}" for a in item["length_accuracy"].values()]
+        cells.append(f"{item['seconds'] / 60:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="lmm")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0, help="0: the preset's")
+    parser.add_argument("--samples", type=int, default=200, help="queries per point")
+    parser.add_argument("--set", action="append", default=[], help="config override key=value")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--plot", action="store_true", help="plot and tabulate --results")
+    args = parser.parse_args()
+    if args.plot:
+        plot(args.results, args.results.with_suffix(".png"))
+        return
+    record = run(args)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    with args.results.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""``MemoryConfig``: the settings of one memory layer (docs/architectures.md, "The memory
+layer"; the stability fields: docs/memory.md, sections 9 and 10)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ops import READ_MODES, UPDATE_RULES
+from ..validation import check_bool, check_choice, check_int, check_number
+
+# The layer's own choices; the scan's (update rules, read modes, implementations) live in ops.
+MEMORY_MODELS = ("linear", "mlp", "gated_mlp")
+FEATURE_MAPS = (None, "polynomial")
+DECAY_TARGETS = ("zero", "init")  # what alpha decays the memory toward
+# The values of the stability fields that give the spec's unbounded layer: what a config
+# saved before they existed (checkpoint format 2) meant.
+UNBOUNDED_GATES = {
+    "momentum_max": 1.0,
+    "decay_min": 0.0,
+    "max_grad_norm": None,
+    "decay_target": "zero",
+}
+
+
+def upgrade_saved_memory(memory: dict) -> dict:
+    """A complete MemoryConfig dict saved before the stability fields existed -- every other
+    field present, none of ``UNBOUNDED_GATES`` -- with the values that reproduce the layer
+    it was saved from (for saved configs without a format version, e.g. Hugging Face
+    folders); any other dict unchanged (a partial dict takes today's defaults)."""
+    others = {name for name in MemoryConfig.__dataclass_fields__} - set(UNBOUNDED_GATES)
+    if others <= set(memory) and not set(UNBOUNDED_GATES) & set(memory):
+        return {**memory, **UNBOUNDED_GATES}
+    return memory
+
+
+@dataclass
+class MemoryConfig:
+    """Settings of one memory layer: the architecture only (how the scan runs -- implementation,
+    activation checkpointing -- is chosen at run time with ``NeuralMemory.set_runtime``).
+    ``init_*`` are the gates of an untrained layer.
+
+    ``update_rule``: "momentum" (Titans), "muon" (ATLAS: NS5 of the momentum at every token) or
+    "muon_chunk" (one NS5 step per chunk, a different model; docs/memory.md).
+
+    Stability (docs/memory.md, section 9): every token's inner gradient is clipped to
+    ``max_grad_norm`` per weight, and the gates are bounded -- theta = lr_max sigmoid(.),
+    eta = momentum_max sigmoid(.), alpha = decay_min + (1 - decay_min) sigmoid(.) -- which
+    bounds the memory for any input and any learned parameters:
+    |W| <= max(|W_init|, lr_max max_grad_norm Gamma / ((1 - momentum_max) decay_min)).
+    ``max_grad_norm=None``, ``momentum_max=1`` and ``decay_min=0`` give the spec's unbounded
+    layer (and the function of checkpoints saved before these fields, format version 2).
+    ``decay_target``: "zero" (the spec) or "init": the decay pulls the weights toward the
+    learned initial weights, so a long stream never erases them (section 10).
+    """
+
+    model: str = "mlp"  # "linear" | "mlp" | "gated_mlp"
+    expansion: float = 4.0
+    depth: int = 2
+    activation: str = "gelu"
+    residual: bool = False
+    chunk_size: int = 64
+    omega_window: int = 1
+    update_rule: str = "momentum"  # "momentum" | "muon" | "muon_chunk"
+    feature_map: str | None = None  # None | "polynomial"
+    poly_degree: int = 2
+    feature_projection: bool = False  # learned projection of phi(k) back to the head width
+    read: str = "after"
+    lr_max: float = 0.02  # theta = lr_max * sigmoid(.)
+    momentum_max: float = 0.9  # eta = momentum_max * sigmoid(.): amplification <= 10
+    decay_min: float = 1e-3  # alpha = decay_min + (1 - decay_min) * sigmoid(.)
+    max_grad_norm: float | None = 1.0  # per-token inner gradient clip (None: unclipped)
+    decay_target: str = "zero"  # "zero" | "init": what alpha decays the weights toward
+    init_lr: float = 0.005
+    init_momentum: float = 0.5
+    init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
+    init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
+    conv_kernel: int = 4
+    output_gate: str = "sigmoid"  # "sigmoid" | "silu"
+
+    def __post_init__(self) -> None:
+        check_choice("model", self.model, MEMORY_MODELS)
+        check_choice("feature_map", self.feature_map, FEATURE_MAPS)
+        check_choice("output_gate", self.output_gate, ("sigmoid", "silu"))
+        check_choice("activation", self.activation, ("gelu", "silu"))
+        check_choice("update_rule", self.update_rule, UPDATE_RULES)
+        check_choice("read", self.read, READ_MODES)
+        for name in ("residual", "feature_projection"):
+            check_bool(name, getattr(self, name))
+        for name, minimum in (
+            ("chunk_size", 1),
+            ("omega_window", 1),
+            ("depth", 2),
+            ("poly_degree", 1),
+            ("conv_kernel", 1),
+        ):
+            check_int(name, getattr(self, name), minimum)
+        check_number("expansion", self.expansion, 0.0)
+        self._check_gate_bounds()
+        if self.init_omega is not None:
+            check_number("init_omega", self.init_omega, 0.0, 1.0)
+        if self.feature_projection and self.feature_map is None:
+            raise ValueError("feature_projection=True needs a feature_map to project")
+        if self.residual and self.model == "linear":
+            raise ValueError("residual=True is for the MLP memories, not model='linear'")
+
+    def _check_gate_bounds(self) -> None:
+        """Each gate's range, and an untrained value strictly inside it (a finite logit)."""
+        check_choice("decay_target", self.decay_target, DECAY_TARGETS)
+        check_number("lr_max", self.lr_max, 0.0)
+        check_number("momentum_max", self.momentum_max, 0.0, 1.0, open_high=False)
+        check_number("decay_min", self.decay_min, 0.0, 1.0, open_low=False)
+        if self.max_grad_norm is not None:
+            check_number("max_grad_norm", self.max_grad_norm, 0.0)
+        check_number("init_lr", self.init_lr, 0.0, self.lr_max)
+        check_number("init_momentum", self.init_momentum, 0.0, self.momentum_max)
+        check_number("init_decay", self.init_decay, self.decay_min, 1.0)
+
+    def gate_biases(self) -> list[float]:
+        """Logits of the untrained theta, eta, alpha (and Omega gates) under the bounded
+        parametrisation: sigmoid(bias) is the gate's position inside its range."""
+        biases = [
+            _logit(self.init_lr / self.lr_max),
+            _logit(self.init_momentum / self.momentum_max),
+            _logit((self.init_decay - self.decay_min) / (1 - self.decay_min)),
+        ]
+        if self.omega_window > 1:
+            biases += [_logit(self.omega_init)] * self.omega_window
+        return biases
+
+    @property
+    def omega_init(self) -> float:
+        """The untrained Omega gate: ``init_omega``, or 1 / c when unset."""
+        return self.init_omega if self.init_omega is not None else 1.0 / self.omega_window
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))

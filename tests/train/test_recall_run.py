@@ -1,0 +1,108 @@
+"""The recall task as training data, the recall-by-distance report that `titans train
+--preset recall` prints beside its control, and (slow) the claim of docs/results.md in its
+smallest form: after training, the memory recalls beyond the attention window and the SWA
+control does not."""
+
+import json
+
+import pytest
+import torch
+
+from titans_atlas.cli import main
+from titans_atlas.eval.distance import format_recall_table, recall_accuracy
+from titans_atlas.train import Trainer, build_config, make_task
+from titans_atlas.train.recall_report import control_config
+
+TINY = [
+    "model.dim=16",
+    "model.depth=1",
+    "model.num_heads=1",
+    "model.num_persistent=0",
+    "train.batch_size=4",
+    "train.seq_len=32",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "train.eval_tokens=256",
+    "train.threads=1",
+    "train.progress=false",
+]
+
+
+def test_distance_task_puts_the_answer_at_its_distance():
+    task = make_task("kv_distance", 40, {"vocab_size": 20, "num_pairs": 2, "min_distance": 9,
+                                         "max_distance": 9})  # fmt: skip
+    inputs, labels = task.sample(3, torch.Generator().manual_seed(0))
+    assert inputs.shape == labels.shape == (3, 40) and inputs.max() < 20
+    assert ((labels >= 0).sum(1) == 1).all() and (labels[:, -1] >= 10).all()
+    # the queried key (last input) stands just before its value, 9 tokens back
+    value_at = 40 - 1 - 9
+    assert torch.equal(inputs[:, value_at - 1], inputs[:, -1])
+    assert torch.equal(inputs[:, value_at], labels[:, -1])
+    again, _ = task.sample(3, torch.Generator().manual_seed(0))
+    assert torch.equal(inputs, again)
+
+
+@pytest.mark.parametrize(
+    "args", [{"max_distance": 39}, {"min_distance": 0}, {"min_distance": 5, "max_distance": 4}]
+)
+def test_distance_task_names_a_bad_distance(args):
+    with pytest.raises(ValueError, match="distance"):
+        make_task("kv_distance", 40, args)
+
+
+def test_control_must_be_a_model_and_null_clears_it():
+    with pytest.raises(ValueError, match=r"train\.control"):
+        build_config("recall", overrides=["train.control=swaa"])
+    assert build_config("recall", overrides=["train.control=null"]).train.control is None
+
+
+def test_control_config_changes_the_model_and_nothing_else(tmp_path):
+    config = build_config("recall", overrides=TINY)
+    control = control_config(config, tmp_path)
+    assert control.model.name == "swa" and control.train.control is None
+    assert control.train.out_dir == str(tmp_path / "control")
+    assert control.model.overrides == config.model.overrides and control.data == config.data
+
+
+def test_recall_accuracy_is_one_for_an_oracle_and_chance_like_for_noise(tmp_path):
+    trainer = Trainer(build_config("recall", overrides=[*TINY, f"train.out_dir={tmp_path}"]))
+    model = trainer.model.eval()
+    args = dict(vocab_size=32, num_pairs=2, samples=60, seed=3)
+    untrained = recall_accuracy(model, 40, 20, **args)
+    assert untrained < 0.4
+
+    class Oracle(torch.nn.Module):  # reads the answer: the token after the query's first match
+        config = model.config
+
+        def forward(self, ids, state=None, **kwargs):
+            logits = torch.full((*ids.shape, 32), -1e9)
+            for row in range(ids.shape[0]):
+                first = int((ids[row] == ids[row, -1]).nonzero()[0])
+                logits[row, -1, ids[row, first + 1]] = 0.0
+            return logits, state
+
+    assert recall_accuracy(Oracle(), 40, 20, **args) == 1.0
+
+
+def test_table_has_a_column_per_window_and_length():
+    text = format_recall_table(
+        {"lmm": {"distance": {4: 1.0, 16: 0.5}, "length": {64: 0.25}},
+         "swa (control)": {"distance": {4: 1.0, 16: 0.0625}, "length": {64: 0.0}}},
+        window=8, chance=0.0625,
+    )  # fmt: skip
+    header, lmm, swa, footer = text.splitlines()
+    assert header.split() == ["model", "0.5W", "2W", "L=64"]
+    assert lmm.split() == ["lmm", "100%", "50%", "25%"]
+    assert swa.split()[-3:] == ["100%", "6%", "0%"] and "chance 6.2%" in footer
+
+
+def test_cli_trains_the_control_and_reports_both(tmp_path, capsys):
+    sets = [arg for item in [*TINY, "train.steps=2"] for arg in ("--set", item)]
+    assert main(["train", "--preset", "recall", "--out", str(tmp_path), *sets]) == 0
+    printed = capsys.readouterr().out
+    assert "recall accuracy by distance" in printed and "swa (control)" in printed
+    record = json.loads((tmp_path / "recall.json").read_text())
+    assert set(record["models"]) == {"lmm", "swa (control)"} and record["window"] == 8
+    assert sorted(map(int, record["models"]["lmm"]["distance"])) == [4, 8, 16, 30]
+    assert list(record["models"]["lmm"]["length"]) == ["64", "128", "256", "512"]
+    assert (tmp_path / "control" / "checkpoints").is_dir()
