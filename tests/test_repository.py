@@ -22,6 +22,11 @@ def test_readme_has_two_quickstart_commands_and_ci_runs_the_test_one():
     assert "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert commands[1] in ci, "the CI script must run the README test command verbatim"
+    # Users keep the torch they have: the README pins none; CI gets its CPU build first.
+    assert not any("torch" in command.split("&&")[0] for command in commands), commands
+    first_torch = next(i for i, line in enumerate(ci) if line.startswith("pip install torch"))
+    assert first_torch < ci.index(commands[1])
+    assert {"ruff check .", "ruff format --check ."} <= set(ci), "CI lints and checks formatting"
 
 
 def test_readme_example_runs(tmp_path):
@@ -74,7 +79,7 @@ def test_registered_models_are_the_spec_list():
 
 
 def test_no_todo_without_an_issue():
-    for path in (ROOT / "src").rglob("*.py"):
+    for path in Path(ta.__file__).resolve().parent.rglob("*.py"):
         for line in path.read_text().splitlines():
             if "TODO" in line:
                 assert re.search(r"TODO\(#\d+\)", line), f"{path}: {line.strip()}"

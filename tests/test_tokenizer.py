@@ -4,9 +4,11 @@ from pathlib import Path
 
 import pytest
 
+import titans_atlas
 from titans_atlas.tokenizer import SPEC_FILE, ByteTokenizer, Tokenizer, load_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+# The plays ship inside the package: read them where it was imported from (src or a wheel).
+TEXTS = Path(titans_atlas.__file__).resolve().parent / "texts"
 
 
 def test_bytes_round_trip_any_text():
@@ -64,7 +66,7 @@ def test_gpt2_bpe_equals_hugging_face_tokenizers_on_real_text():
         tokenizers.models.BPE.from_file(str(files["encoder.json"]), str(files["vocab.bpe"]))
     )
     reference.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    text = (ROOT / "src" / "titans_atlas" / "texts" / "macbeth.txt").read_text()[:20000]
+    text = (TEXTS / "macbeth.txt").read_text()[:20000]
     assert load_tokenizer("gpt2").encode(text) == reference.encode(text).ids
 
 

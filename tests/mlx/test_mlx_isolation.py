@@ -5,7 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+import titans_atlas
+
+# The directory titans_atlas was imported from: src/ or site-packages of an installed wheel.
+SRC = Path(titans_atlas.__file__).resolve().parents[1]
 
 
 def test_core_import_does_not_import_mlx():

@@ -37,6 +37,8 @@ pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available(), reason="torch built without torch.distributed"
 )
 ROOT = Path(__file__).resolve().parents[2]
+# Child processes import the package the tests import: src/ or an installed wheel.
+SRC = Path(ta.__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("dist_worker.py")
 TOL = 1e-4
 STEPS, ROWS = 10, 4  # global rows: 4 in one process, 2 per rank in two
@@ -54,7 +56,7 @@ def settings(out_dir: Path, mode: str, extra: dict | None = None) -> dict:
 
 def torchrun(spec: dict, tmp: Path, timeout: float) -> subprocess.CompletedProcess:
     (tmp / "jobs.json").write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}"}
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{ROOT / 'tests'}"}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     return subprocess.run(
@@ -217,7 +219,7 @@ def test_a_failing_rank_stops_the_job_with_its_message(tmp_path):
 def test_titans_train_under_torchrun(tmp_path):
     """The command line itself: 2 ranks of ``python -m titans_atlas train`` with FSDP2; one
     report (rank 0), a sample from the exported model, a model directory load_model reads."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "titans_atlas", "train", "--preset", "debug", "--steps", "4", "--out", str(out),

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import titans_atlas
 from titans_atlas.cli import main
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+# Child processes import the package the tests import: src/ or an installed wheel.
+SRC = str(Path(titans_atlas.__file__).resolve().parents[1])
 QUIET = [
     "--set",
     "train.threads=1",
