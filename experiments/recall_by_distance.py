@@ -78,7 +78,7 @@ def plot(path: Path, out: Path) -> None:
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for item in runs:
-        label = f"{item['model']} (seed {item['seed']})"
+        label = f"{item['model']} {' '.join(item['overrides'])} (seed {item['seed']})"
         near = item["distance_accuracy"]
         left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
                   marker="o", label=label)  # fmt: skip
@@ -101,12 +101,13 @@ def plot(path: Path, out: Path) -> None:
 
 def table(runs: list[dict]) -> str:
     near, far = runs[0]["distance_accuracy"], runs[0]["length_accuracy"]
-    window = runs[0]["window"]
-    head = ["model", "seed", "params", "loss"] + [f"{int(d) / window:g}W" for d in near]
+    # distances in tokens: runs may differ in window (the window column converts)
+    head = ["model", "overrides", "window", "seed", "params", "loss"] + [f"d={d}" for d in near]
     head += [f"L={n}" for n in far] + ["minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for item in runs:
-        cells = [item["model"], str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k",
+        cells = [item["model"], " ".join(item["overrides"]) or "-", str(item["window"]),
+                 str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k",
                  f"{item['final_loss']:.2f}"]  # fmt: skip
         cells += [f"{100 * a:.0f}" for a in item["distance_accuracy"].values()]
         cells += [f"{100 * a:.0f}" for a in item["length_accuracy"].values()]
