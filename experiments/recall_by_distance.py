@@ -1,7 +1,8 @@
 """Recall beyond the attention window (issue 10; docs/results.md).
 
-Trains one model with the library's own loop on the ``recall`` preset (key-value recall, an
-8-token attention window, 128-token sequences, every distance up to 126 in training), then
+Trains one model with the library's own loop on the ``recall`` preset (key-value recall,
+``kv_multi``: 4 pairs among noise, all queried at the end; an 8-token attention window,
+128-token sequences), then
 measures recall accuracy against the distance -- in units of the window, at the training
 length -- and at 2x-16x the training length, with the answer at the far end. One JSON line per
 run is appended to ``--results``; ``--plot`` draws every line in the file into one figure and
@@ -55,11 +56,13 @@ def run(args: argparse.Namespace) -> dict:
     last = sorted(result.losses)[-25:]
     return {
         "model": args.model,
+        "task": config.data.source,
         "seed": args.seed,
         "overrides": args.set,
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": result.step,
         "final_loss": round(sum(result.losses[s] for s in last) / len(last), 4),
+        "loss_curve": {str(s): round(result.losses[s], 4) for s in sorted(result.losses)[::25]},
         "window": model.config.window,
         "chance": 1 / (VOCAB // 2),
         "distance_accuracy": {str(d): round(a, 4) for d, a in near.items()},

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import titans_atlas
-from titans_atlas.tokenizer import SPEC_FILE, ByteTokenizer, Tokenizer, load_tokenizer
+from titans_atlas.tokenizer import SPEC_FILE, ByteTokenizer, IdTokenizer, Tokenizer, load_tokenizer
 
 # The plays ship inside the package: read them where it was imported from (src or a wheel).
 TEXTS = Path(titans_atlas.__file__).resolve().parent / "texts"
@@ -23,6 +23,31 @@ def test_bytes_round_trip_any_text():
 def test_bytes_decode_of_a_cut_character_does_not_raise():
     ids = ByteTokenizer().encode("✓")[:2]
     assert ByteTokenizer().decode(ids) == "\ufffd"
+
+
+def test_ids_tokenizer_round_trips_and_is_saved_with_its_vocabulary(tmp_path):
+    tok = IdTokenizer(32)
+    assert isinstance(tok, Tokenizer) and tok.encode(" 3 17\n0 ") == [3, 17, 0]
+    assert tok.decode([3, 17, 0]) == "3 17 0"
+    tok.save(tmp_path)
+    again = load_tokenizer(tmp_path)
+    assert isinstance(again, IdTokenizer) and again.vocab_size == 32
+
+
+@pytest.mark.parametrize(("text", "word"), [("3 x", "ints"), ("32", r"\[0, 32\)"), ("-1", "ids")])
+def test_ids_tokenizer_refuses_what_is_not_an_id(text, word):
+    with pytest.raises(ValueError, match=word):
+        IdTokenizer(32).encode(text)
+
+
+def test_ids_tokenizer_needs_a_vocabulary(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size"):
+        IdTokenizer(0)
+    with pytest.raises(ValueError, match="vocab_size"):
+        load_tokenizer("ids")
+    (tmp_path / SPEC_FILE).write_text('{"kind": "ids"}')
+    with pytest.raises(ValueError, match="vocab_size"):
+        load_tokenizer(tmp_path)
 
 
 def test_saved_tokenizer_loads_from_the_directory(tmp_path):

@@ -7,7 +7,8 @@ Every tokenizer has the same small surface -- ``encode(text) -> list[int]``,
 trained with.
 
 ``load_tokenizer(spec)`` takes ``"bytes"`` (the default: 256 byte values, nothing to
-download), ``"gpt2"`` (GPT-2 BPE from files a package installs, see ``bpe.py``),
+download), ``"ids"`` (no text: ids written as decimal numbers, what a model trained on a
+synthetic task saves), ``"gpt2"`` (GPT-2 BPE from files a package installs, see ``bpe.py``),
 ``"hf:NAME_OR_PATH"`` (a Hugging Face tokenizer: a ``tokenizer.json`` file, a folder holding
 one, or a name ``transformers`` can load), or a checkpoint directory holding
 ``tokenizer_spec.json``. Kinds live in ``TOKENIZERS``; the optional ones import their
@@ -70,6 +71,41 @@ class ByteTokenizer:
         return cls()
 
 
+class IdTokenizer:
+    """Token ids as text: ``encode("3 17 5") == [3, 17, 5]``. For models trained on synthetic
+    tasks (``data.source = "task:..."``), whose ids stand for no text; saving it beside their
+    checkpoints records the vocabulary so evaluation and generation can load them."""
+
+    name = "ids"
+    eos_id = None
+
+    def __init__(self, vocab_size: int) -> None:
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            ids = [int(word) for word in text.split()]
+        except ValueError as err:
+            raise ValueError(f"the ids tokenizer reads whitespace-separated ints: {err}") from err
+        if any(not 0 <= i < self.vocab_size for i in ids):
+            raise ValueError(f"ids must lie in [0, {self.vocab_size}), got {text!r}")
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+    def save(self, directory: str | Path) -> None:
+        write_spec(directory, {"kind": self.name, "vocab_size": self.vocab_size})
+
+    @classmethod
+    def from_spec(cls, spec: dict, directory: Path | None) -> IdTokenizer:
+        if "vocab_size" not in spec:
+            raise ValueError("the ids tokenizer needs a vocab_size (in tokenizer_spec.json)")
+        return cls(spec["vocab_size"])
+
+
 class HFTokenizer:
     """A Hugging Face ``tokenizers.Tokenizer``; saved as ``tokenizer.json`` beside the spec, so
     a checkpoint carries its own copy."""
@@ -126,6 +162,7 @@ HF_FILE = "tokenizer.json"
 # kind -> constructor from (spec dict, checkpoint directory or None)
 TOKENIZERS: dict[str, Callable[[dict, Path | None], Tokenizer]] = {
     "bytes": ByteTokenizer.from_spec,
+    "ids": IdTokenizer.from_spec,
     "gpt2": _gpt2,
     "hf": HFTokenizer.from_spec,
 }

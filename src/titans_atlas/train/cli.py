@@ -145,9 +145,10 @@ def _report(trainer, result) -> None:
     model = trainer.model
     if trainer.parallel.strategy == "fsdp":  # one rank cannot run a sharded model alone
         model = _exported_model(result.checkpoint, trainer.device)
-    if tokens and trainer.pipeline.tokenizer is not None and model is not None:
+    if tokens and model is not None:
         print(f"sample:\n{sample_text(trainer, tokens, model)}")
-        print(f"more: titans generate --checkpoint {result.run_dir} --prompt 'HAMLET:'")
+        prompt = "0 1" if trainer.pipeline.tokenizer.name == "ids" else "HAMLET:"
+        print(f"more: titans generate --checkpoint {result.run_dir} --prompt '{prompt}'")
 
 
 def _recall_report(trainer, result) -> None:

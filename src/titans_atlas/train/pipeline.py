@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..tokenizer import ByteTokenizer, Tokenizer, token_byte_lengths
+from ..tokenizer import IdTokenizer, Tokenizer, token_byte_lengths
 from .batches import CorpusStreams, PackedBatches, SequentialStreams, StreamBatches
 from .config import RunConfig
 from .data import Corpus, hf_documents, load_corpus, resolve_tokenizer, token_dtype
@@ -22,7 +22,7 @@ from .tasks import TaskBatches, make_task
 
 @dataclass
 class Pipeline:
-    tokenizer: Tokenizer | None  # None for a synthetic task (ids are the task's own)
+    tokenizer: Tokenizer  # a synthetic task's: IdTokenizer (its ids stand for no text)
     vocab_size: int  # the model needs at least this many ids
     train: object  # a batcher: next() / state_dict() / load_state_dict()
     make_val: Callable[[], tuple[object, int]]  # -> (fresh batcher, number of batches)
@@ -119,9 +119,4 @@ def _task_pipeline(config: RunConfig, rank: int, world_size: int) -> Pipeline:
     def make_val():
         return TaskBatches(task, loop.batch_size, loop.seed + 7919, rank, world_size), count
 
-    return Pipeline(None, task.vocab_size, train, make_val, None)
-
-
-def sample_tokenizer(pipeline: Pipeline) -> Tokenizer:
-    """What the generated sample is decoded with (bytes for a task: ids print as bytes)."""
-    return pipeline.tokenizer or ByteTokenizer()
+    return Pipeline(IdTokenizer(task.vocab_size), task.vocab_size, train, make_val, None)

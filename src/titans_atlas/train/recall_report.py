@@ -1,4 +1,5 @@
-"""The end of a run on the recall task (``data.source = "task:kv_distance"``): recall
+"""The end of a run on a recall task (``data.source = "task:kv_multi"`` or
+``"task:kv_distance"``): recall
 accuracy against the distance to the answer, in attention windows, and past the training
 length, for the trained model and for a control (``train.control``, e.g. ``"swa"``) trained
 with the same settings -- what ``titans train --preset recall`` prints (docs/results.md).
@@ -15,13 +16,13 @@ from pathlib import Path
 from ..eval.distance import format_recall_table, recall_by_distance
 from .config import RunConfig
 
-RECALL_SOURCE = "task:kv_distance"
+RECALL_SOURCES = ("task:kv_multi", "task:kv_distance")  # ids as eval.recall.kv_recall_batch
 WINDOWS = (0.5, 1, 2, 4, 8, 16)  # distances, in attention windows, at the training length
 LENGTHS = (2, 4, 8, 16)  # test lengths, in training lengths
 
 
 def is_recall_run(config: RunConfig) -> bool:
-    return config.data.source == RECALL_SOURCE
+    return config.data.source in RECALL_SOURCES
 
 
 def control_config(config: RunConfig, run_dir: Path) -> RunConfig:

@@ -123,9 +123,77 @@ class DistanceRecall:
         return batch.input_ids, batch.labels
 
 
+@dataclass(frozen=True)
+class MultiQueryRecall:
+    """Key-value recall with every pair queried: ``num_pairs`` (key, value) pairs at random
+    places among noise, then ``num_queries`` of the keys again at the end, each followed by
+    its value; the value after every repeated key is scored. Ids as in the evaluation's
+    ``kv_recall_batch`` (keys in [1, V/2), values in [V/2, V), noise from the keys' range
+    minus this row's keys), so a model trained here is measured there. The distances to the
+    answers vary per row, from a few tokens up to the sequence length.
+
+    Why beside ``DistanceRecall``: one query per row scores 1 token in ``seq_len``; scoring
+    every pair gives the outer optimiser ``num_queries`` times the signal per step, which is
+    what lets small memory models leave the chance plateau within minutes (docs/results.md)."""
+
+    seq_len: int
+    vocab_size: int = 32
+    num_pairs: int = 4
+    num_queries: int | None = None  # None: every pair
+
+    def __post_init__(self) -> None:
+        keys = self.vocab_size // 2 - 1
+        if not 1 <= self.num_pairs < keys:
+            raise ValueError(
+                f"num_pairs must lie in [1, {keys - 1}] (vocab_size={self.vocab_size} leaves "
+                f"{keys} key ids and noise needs one), got {self.num_pairs}"
+            )
+        if not 1 <= self.queries <= self.num_pairs:
+            raise ValueError(
+                f"num_queries must lie in [1, num_pairs={self.num_pairs}], got {self.num_queries}"
+            )
+        if self.slots < self.num_pairs:
+            raise ValueError(
+                f"seq_len={self.seq_len} has {self.slots} pair slots before the queries, "
+                f"needs num_pairs={self.num_pairs}"
+            )
+
+    @property
+    def queries(self) -> int:
+        return self.num_pairs if self.num_queries is None else self.num_queries
+
+    @property
+    def slots(self) -> int:
+        """Even 2-token slots that end before the query tail (2 * queries - 1 tokens)."""
+        return max(0, (self.seq_len - 2 * self.queries) // 2)
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, n, m, half = batch_size, self.num_pairs, self.queries, self.vocab_size // 2
+        draw = torch.rand(rows, half - 1, generator=generator).argsort(-1)
+        keys = draw[:, :n] + 1  # [B, n] distinct ids in [1, V/2)
+        values = torch.randint(half, self.vocab_size, (rows, n), generator=generator)
+        noise_ids = draw[:, n:] + 1  # [B, V/2 - 1 - n]: the key range minus this row's keys
+        pick = torch.randint(noise_ids.shape[1], (rows, self.seq_len), generator=generator)
+        inputs = noise_ids.gather(1, pick)  # [B, T]
+        slot = torch.rand(rows, self.slots, generator=generator).argsort(-1)[:, :n]
+        starts = 2 * slot  # [B, n] distinct even positions before the tail
+        inputs.scatter_(1, starts, keys)
+        inputs.scatter_(1, starts + 1, values)
+        asked = torch.rand(rows, n, generator=generator).argsort(-1)[:, :m]  # [B, m]
+        key_at = self.seq_len - (2 * m - 1) + 2 * torch.arange(m)  # [m] query positions
+        labels = torch.full_like(inputs, IGNORE)
+        inputs[:, key_at] = keys.gather(1, asked)
+        labels[:, key_at] = values.gather(1, asked)
+        inputs[:, key_at[:-1] + 1] = values.gather(1, asked)[:, :-1]  # the last has no slot
+        return inputs, labels
+
+
 TASKS: dict[str, Callable[..., Task]] = {
     "kv_recall": KeyValueRecall,
     "kv_distance": DistanceRecall,
+    "kv_multi": MultiQueryRecall,
 }
 
 
