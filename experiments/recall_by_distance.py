@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -32,10 +33,11 @@ PAIRS, VOCAB = 4, 32
 
 
 def run(args: argparse.Namespace) -> dict:
+    tag = _tag([*args.set, str(args.steps)])
     overrides = [
         f"model.name={args.model}",
         f"train.seed={args.seed}",
-        f"train.out_dir=runs/recall/{args.model}-seed{args.seed}",
+        f"train.out_dir=runs/recall/{args.model}-seed{args.seed}-{tag}",
         "train.progress=false",
         "train.threads=1",
         "train.control=null",
@@ -72,6 +74,13 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def _tag(overrides: list[str]) -> str:
+    """A run directory name per override set, so no run resumes another's checkpoint."""
+    import hashlib
+
+    return hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8]
+
+
 def plot(path: Path, out: Path) -> None:
     import matplotlib
 
@@ -79,18 +88,25 @@ def plot(path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for item in runs:
+    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(16, 4.5))
+    for index, item in enumerate(runs):
         label = f"{item['model']} {' '.join(item['overrides'])} (seed {item['seed']})"
+        color = f"C{index % 10}"
         near = item["distance_accuracy"]
         left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
-                  marker="o", label=label)  # fmt: skip
+                  marker="o", color=color, label=label)  # fmt: skip
         far = item["length_accuracy"]
-        right.plot([int(n) for n in far], [100 * a for a in far.values()], marker="o")
+        right.plot([int(n) for n in far], [100 * a for a in far.values()], marker="o", color=color)
+        losses = item.get("loss_curve", {})  # runs recorded before it existed have none
+        curve.plot([int(s) for s in losses], list(losses.values()), color=color, linewidth=0.8)
     for axis in (left, right):
         axis.axhline(100 / (VOCAB // 2), color="grey", linestyle=":", label="chance")
         axis.set_xscale("log", base=2)
+        axis.set_ylim(0, 100)
         axis.grid(alpha=0.3)
+    curve.axhline(math.log(VOCAB // 2), color="grey", linestyle=":")
+    curve.set(xlabel="training step", ylabel="training loss (nats)", title="learning curves")
+    curve.grid(alpha=0.3)
     left.axvline(1.0, color="black", linewidth=0.8)
     left.set(xlabel="distance to the answer (attention windows)", ylabel="recall accuracy (%)",
              title="trained length (128 tokens)")  # fmt: skip
@@ -105,12 +121,14 @@ def plot(path: Path, out: Path) -> None:
 def table(runs: list[dict]) -> str:
     near, far = runs[0]["distance_accuracy"], runs[0]["length_accuracy"]
     # distances in tokens: runs may differ in window (the window column converts)
-    head = ["model", "overrides", "window", "seed", "params", "loss"] + [f"d={d}" for d in near]
+    head = ["model", "overrides", "window", "seed", "params", "steps", "loss"] + [
+        f"d={d}" for d in near
+    ]
     head += [f"L={n}" for n in far] + ["minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for item in runs:
         cells = [item["model"], " ".join(item["overrides"]) or "-", str(item["window"]),
-                 str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k",
+                 str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k", str(item["steps"]),
                  f"{item['final_loss']:.2f}"]  # fmt: skip
         cells += [f"{100 * a:.0f}" for a in item["distance_accuracy"].values()]
         cells += [f"{100 * a:.0f}" for a in item["length_accuracy"].values()]

@@ -149,8 +149,8 @@ def test_cli_trains_the_control_and_reports_both(tmp_path, capsys):
 @pytest.mark.slow
 def test_trained_memory_recalls_beyond_the_window_and_the_swa_control_does_not(tmp_path):
     """The claim of docs/results.md in its smallest form (about 6 CPU-minutes): the `recall`
-    preset's lmm, 600 steps, answers from 4 windows back far above chance and far above the
-    SWA control trained the same way, which cannot see that far."""
+    preset's lmm, cut to 600 steps, answers from 4 windows back far above chance and far
+    above the SWA control trained the same way, which cannot see that far."""
     accuracy = {}
     for name in ("lmm", "swa"):
         sets = ["train.steps=600", "train.threads=1", "train.progress=false",
@@ -162,4 +162,4 @@ def test_trained_memory_recalls_beyond_the_window_and_the_swa_control_does_not(t
                                          samples=200, seed=11)  # fmt: skip
     chance = 1 / 16
     assert accuracy["swa"] < chance + 0.08, accuracy
-    assert accuracy["lmm"] > accuracy["swa"] + 0.15, accuracy
+    assert accuracy["lmm"] > accuracy["swa"] + 0.25, accuracy
