@@ -7,8 +7,8 @@ state carried, and again with the state reset every 128 tokens (the training len
 per 1k-token block of both, so a memory that degrades past its training length shows as a
 carried curve that climbs above the reset one. One JSON line per run; ``--plot`` draws them.
 
-    python experiments/long_stream_lm.py --model lmm --seed 0
-    python experiments/long_stream_lm.py --model lmm --seed 0 --set model.decay_target=init
+    python experiments/long_stream_lm.py --model lmm --seed 0     # the preset's decay toward init
+    python experiments/long_stream_lm.py --model lmm --seed 0 --set model.decay_target=zero
     python experiments/long_stream_lm.py --plot
 
 Needs ../shared/data/tinyshakespeare/input.txt (docs/results.md says where it comes from).
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model,
         "seed": args.seed,
         "overrides": args.set,
+        "decay_target": trainer.config.model.overrides.get("decay_target", "zero"),
         "parameters": model.num_parameters(),
         "steps": result.step,
         "val_bpb": round(result.eval.get("val_bpb", math.nan), 4),
@@ -95,8 +96,10 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def label(item: dict) -> str:
-    extra = ",".join(s.split(".")[-1] for s in item["overrides"])
-    return f"{item['model']}{' (' + extra + ')' if extra else ''}"
+    extra = [s.split(".")[-1] for s in item["overrides"] if "decay_target" not in s]
+    if item["model"] not in ("swa", "transformer"):  # the controls have no memory to decay
+        extra.insert(0, f"decay to {item['decay_target']}")
+    return f"{item['model']}{' (' + ', '.join(extra) + ')' if extra else ''}"
 
 
 def plot(path: Path, out: Path) -> None:
