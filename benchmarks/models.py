@@ -170,11 +170,12 @@ def markdown(report: dict) -> str:
     theirs = report.get("titans_pytorch")
     if theirs and ours:
         for mode, row in ours.items():
-            train = row["train"]["tokens_per_s"] / theirs["train"]["tokens_per_s"]
-            decode = row["decode"]["tokens_per_s"] / theirs["decode"]["tokens_per_s"]
-            lines.append(
-                f"\nmac {mode} vs titans-pytorch MAC: train {train:.2f}x, decode {decode:.2f}x"
-            )
+            ratios = [
+                f"{case} {row[case]['tokens_per_s'] / theirs[case]['tokens_per_s']:.2f}x"
+                for case in ("train", "decode")
+                if case in row and case in theirs  # --cases may leave one out
+            ]
+            lines.append(f"\nmac {mode} vs titans-pytorch MAC: {', '.join(ratios)}")
     return "\n".join(lines)
 
 
