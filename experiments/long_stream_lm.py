@@ -17,13 +17,13 @@ Needs ../shared/data/tinyshakespeare/input.txt (docs/results.md says where it co
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
 
 from titans_atlas.tokenizer import ByteTokenizer
 from titans_atlas.train import Trainer, build_config
@@ -108,7 +108,7 @@ def plot(path: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = read_records(path)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for index, item in enumerate(runs):
         color = f"C{index}"
@@ -143,15 +143,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true")
-    args = parser.parse_args()
-    if args.plot:
-        plot(args.results, args.results.with_suffix(".png"))
-        return
-    record = run(args)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    with args.results.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
+    run_or_plot(parser.parse_args(), run, plot)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,12 @@ Each run is seeded (data, initialisation); one CPU thread, so runs can go side b
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
 import math
 import time
 from pathlib import Path
+
+from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
 
 from titans_atlas.eval.distance import recall_by_distance
 from titans_atlas.train import Trainer, build_config
@@ -76,8 +78,6 @@ def run(args: argparse.Namespace) -> dict:
 
 def _tag(overrides: list[str]) -> str:
     """A run directory name per override set, so no run resumes another's checkpoint."""
-    import hashlib
-
     return hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8]
 
 
@@ -87,7 +87,7 @@ def plot(path: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = read_records(path)
     fig, (left, right, curve) = plt.subplots(1, 3, figsize=(16, 4.5))
     for index, item in enumerate(runs):
         label = f"{item['model']} {' '.join(item['overrides'])} (seed {item['seed']})"
@@ -146,15 +146,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true", help="plot and tabulate --results")
-    args = parser.parse_args()
-    if args.plot:
-        plot(args.results, args.results.with_suffix(".png"))
-        return
-    record = run(args)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    with args.results.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
-    print(json.dumps(record))
+    run_or_plot(parser.parse_args(), run, plot)
 
 
 if __name__ == "__main__":
