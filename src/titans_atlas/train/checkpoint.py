@@ -264,3 +264,22 @@ def resolve_model_dir(path: str | Path, which: str = "latest") -> Path:
             f"model directory with `titans consolidate {checkpoint}`"
         )
     return checkpoint / "model"
+
+
+def load_initial_weights(model: LanguageModel, source: str | Path) -> None:
+    """Copy the weights saved at ``source`` (a run directory's latest checkpoint, a training
+    checkpoint or a model directory) into ``model``; ValueError naming ``train.init_from``
+    when the saved model config differs from the model's."""
+    try:
+        saved = load_model(resolve_model_dir(source))
+    except CheckpointError as err:
+        raise ValueError(f"train.init_from={str(source)!r}: {err}") from err
+    theirs, ours = saved.config.__dict__, model.config.__dict__
+    differ = sorted(k for k in ours if theirs.get(k) != ours[k])
+    if differ:
+        listed = ", ".join(f"{k}: saved {theirs.get(k)!r}, run {ours[k]!r}" for k in differ)
+        raise ValueError(f"train.init_from={str(source)!r} holds another model ({listed})")
+    weights = saved.state_dict()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            tensor.copy_(weights[name])

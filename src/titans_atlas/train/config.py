@@ -107,10 +107,10 @@ class TrainConfig:
     strategy: str = "auto"  # "auto" | "none" | "ddp" | "fsdp"
     dist_timeout: float = 600.0  # seconds a collective may wait for the other ranks
     export_model: bool = True  # sharded checkpoints also hold model/ (load_model reads it)
-    eval_every: int = 200
+    eval_every: int = 200  # 0: only after the last step
     eval_tokens: int = 65536  # validation tokens per evaluation (0: all)
     log_every: int = 10
-    checkpoint_every: int = 200
+    checkpoint_every: int = 200  # 0: only after the last step (and when stopped)
     keep_last: int = 2
     out_dir: str = "runs/titans"
     tensorboard: bool = False
@@ -119,11 +119,17 @@ class TrainConfig:
     # `titans train` on the recall task: a control model (e.g. "swa") trained after the run
     # with the same settings into OUT_DIR/control, its recall reported beside the model's.
     control: str | None = None
+    # Fine-tuning: start from the weights of this run directory, training checkpoint or model
+    # directory (fresh optimiser, step 0); its model config must equal this run's.
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto/fp32/bf16, got {self.precision!r}")
         if self.strategy not in STRATEGIES:
@@ -158,6 +164,7 @@ RESUMABLE = {"train." + n for n in (
     "steps", "device", "threads", "compile", "memory_checkpoint", "eval_every", "eval_tokens",
     "log_every", "checkpoint_every", "keep_last", "out_dir", "tensorboard", "progress",
     "sample_tokens", "activation_checkpoint", "strategy", "dist_timeout", "export_model",
+    "init_from",
 )}  # fmt: skip
 
 

@@ -23,7 +23,12 @@ import torch
 
 from ..checkpoint import CheckpointError
 from ..models.backbone import build_model
-from .checkpoint import find_checkpoint, save_checkpoint, verify_checkpoint
+from .checkpoint import (
+    find_checkpoint,
+    load_initial_weights,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from .config import RunConfig, resume_differences
 from .dist_checkpoint import load_training_state, save_sharded
 from .distributed import Parallel, initial_weight_parameters, local_tensor, setup_parallel
@@ -82,6 +87,8 @@ class Trainer:
                 f"{self.pipeline.vocab_size}: --set model.vocab_size={self.pipeline.vocab_size}"
             )
         self.model = build_model(model_config).to(self.device)
+        if loop.init_from and not resume:
+            load_initial_weights(self.model, loop.init_from)
         self.stream = config.data.mode == "stream"
         if self.stream:
             check_stream_alignment(self.model, loop.seq_len)
@@ -281,12 +288,12 @@ class Trainer:
                 tick, tokens = time.perf_counter(), 0
             log.progress(1, entry)
             evaluated = None
-            if self.step % loop.eval_every == 0 or self.step == loop.steps:
+            if _due(self.step, loop.eval_every) or self.step == loop.steps:
                 evaluated = result.eval = self.evaluate()
                 log.record({"step": self.step, **evaluated})
                 log.say(_eval_line(self.step, evaluated))
             stopping = self.parallel.agree_signal(stop.signal)
-            if self.step % loop.checkpoint_every == 0 or self.step == loop.steps or stopping:
+            if _due(self.step, loop.checkpoint_every) or self.step == loop.steps or stopping:
                 result.checkpoint = self.save(evaluated["val_loss"] if evaluated else None)
             if stopping:
                 result.stopped_by = stopping
@@ -303,6 +310,11 @@ class Trainer:
                 entry["state_norm"] = norms[i]
             stats.append(entry)
         return stats
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether a periodic action (``every`` steps; 0: never periodically) falls on ``step``."""
+    return every > 0 and step % every == 0
 
 
 def _eval_line(step: int, result: dict[str, float]) -> str:

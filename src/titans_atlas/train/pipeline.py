@@ -22,7 +22,7 @@ from .tasks import TaskBatches, make_task
 
 @dataclass
 class Pipeline:
-    tokenizer: Tokenizer  # a synthetic task's: IdTokenizer (its ids stand for no text)
+    tokenizer: Tokenizer  # a synthetic task's own, else IdTokenizer (ids that stand for no text)
     vocab_size: int  # the model needs at least this many ids
     train: object  # a batcher: next() / state_dict() / load_state_dict()
     make_val: Callable[[], tuple[object, int]]  # -> (fresh batcher, number of batches)
@@ -119,4 +119,5 @@ def _task_pipeline(config: RunConfig, rank: int, world_size: int) -> Pipeline:
     def make_val():
         return TaskBatches(task, loop.batch_size, loop.seed + 7919, rank, world_size), count
 
-    return Pipeline(IdTokenizer(task.vocab_size), task.vocab_size, train, make_val, None)
+    tokenizer = getattr(task, "tokenizer", None) or IdTokenizer(task.vocab_size)
+    return Pipeline(tokenizer, task.vocab_size, train, make_val, None)

@@ -18,6 +18,9 @@ from .batches import IGNORE, Batch
 
 
 class Task(Protocol):
+    """A task may also carry a ``tokenizer`` (its ids are text); without one its ids stand
+    for nothing and the run saves an ``IdTokenizer``."""
+
     vocab_size: int  # ids lie in [0, vocab_size)
 
     def sample(
@@ -190,10 +193,17 @@ class MultiQueryRecall:
         return inputs, labels
 
 
+def _babilong_style(**args: Any) -> Task:
+    from .babilong_task import BabilongStyle  # imports the evaluation code: only when asked
+
+    return BabilongStyle(**args)
+
+
 TASKS: dict[str, Callable[..., Task]] = {
     "kv_recall": KeyValueRecall,
     "kv_distance": DistanceRecall,
     "kv_multi": MultiQueryRecall,
+    "babilong_style": _babilong_style,
 }
 
 

@@ -1,0 +1,85 @@
+"""BABILong-style question answering as a training task (``data.source = "task:babilong_style"``).
+
+Each row is one bAbI question (from the ``split`` file of ``task`` in ``babi_dir``) with its
+facts hidden in book sentences from ``haystack_dir``, laid out exactly as
+``titans eval --task babilong-style`` prompts the model (``eval.babilong.format_prompt``),
+then a space and the answer. Only the answer's tokens are scored, so a model fine-tuned here
+on short rows can be evaluated with the evaluation's label ranking on rows many times longer.
+
+A row fills ``seq_len + 1`` tokens: the noise budget is what the prompt, the facts and the
+answer leave; when the facts alone overflow, the context loses its oldest tokens; a row left
+short (tokenisation at the cut) is padded with spaces on the left, unscored.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from ..eval.babi import babi_file, build_style_sample, parse_babi
+from ..eval.babilong import format_prompt
+from ..eval.haystack import book_sentences
+from ..eval.metrics import babilong_labels
+from ..tokenizer import ByteTokenizer, Tokenizer
+from .batches import IGNORE
+
+
+@dataclass(frozen=True)
+class BabilongStyle:
+    seq_len: int
+    babi_dir: str = ""
+    haystack_dir: str = ""
+    task: str = "qa1"
+    split: str = "train"
+    tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
+
+    def __post_init__(self) -> None:
+        for name in ("babi_dir", "haystack_dir"):
+            if not getattr(self, name):
+                raise ValueError(
+                    f"data.task_args.{name} is required for babilong_style (e.g. "
+                    f"../shared/data/{'babi' if name == 'babi_dir' else 'gutenberg'})"
+                )
+        babilong_labels(self.task)  # ValueError for tasks without the benchmark's labels
+        if self.seq_len < 64:
+            raise ValueError(f"train.seq_len must be >= 64 for babilong_style, got {self.seq_len}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @cached_property
+    def questions(self) -> tuple:
+        return tuple(parse_babi(babi_file(self.babi_dir, self.task, self.split)))
+
+    @cached_property
+    def sentences(self) -> tuple[str, ...]:
+        return book_sentences(self.haystack_dir)
+
+    def row(self, rng: random.Random) -> tuple[list[int], int]:
+        """The ``seq_len + 1`` ids of one row and how many of them (at the end) are the answer."""
+        item = self.questions[rng.randrange(len(self.questions))]
+        answer = self.tokenizer.encode(" " + item.answer)
+        overhead = len(self.tokenizer.encode(format_prompt("", item.question))) + len(answer)
+        sample = build_style_sample(
+            item, self.tokenizer, self.seq_len + 1, self.sentences, rng, prompt_reserve=overhead
+        )
+        ids = self.tokenizer.encode(format_prompt(sample["context"], item.question)) + answer
+        ids = ids[-(self.seq_len + 1) :]
+        pad = self.tokenizer.encode(" ") * (self.seq_len + 1 - len(ids))
+        return pad + ids, len(answer)
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        seeds = torch.randint(2**62, (batch_size,), generator=generator).tolist()
+        rows, labels = [], torch.full((batch_size, self.seq_len), IGNORE, dtype=torch.long)
+        for index, seed in enumerate(seeds):
+            ids, answer_tokens = self.row(random.Random(seed))
+            rows.append(ids)
+            labels[index, -answer_tokens:] = torch.tensor(ids[-answer_tokens:])
+        tokens = torch.tensor(rows, dtype=torch.long)  # [B, seq_len + 1]
+        return tokens[:, :-1].contiguous(), labels

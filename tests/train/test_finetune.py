@@ -1,0 +1,121 @@
+"""Fine-tuning: ``train.init_from`` starts a run from saved weights, and the
+``babilong_style`` task trains on the prompts ``titans eval --task babilong-style`` scores."""
+
+import pytest
+import torch
+from train_helpers import debug_config
+
+from titans_atlas.eval.babilong import format_prompt
+from titans_atlas.eval.metrics import babilong_labels
+from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.train import Trainer, build_config, make_task
+from titans_atlas.train.pipeline import build_pipeline
+
+STORY = """1 Mary moved to the bathroom.
+2 John went to the hallway.
+3 Where is Mary? \tbathroom\t1
+4 Daniel went back to the hallway.
+5 Sandra moved to the garden.
+6 Where is Daniel? \thallway\t4
+1 John travelled to the office.
+2 Where is John? \toffice\t1
+"""
+BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i in range(300))
+
+
+@pytest.fixture
+def task_args(tmp_path):
+    pytest.importorskip("nltk")  # the books are cut into sentences with Punkt
+    (tmp_path / "qa1_single-supporting-fact_train.txt").write_text(STORY)
+    (tmp_path / "books").mkdir()
+    (tmp_path / "books" / "book.txt").write_text(BOOK)
+    return {"babi_dir": str(tmp_path), "haystack_dir": str(tmp_path / "books")}
+
+
+def test_init_from_starts_from_the_saved_weights_with_a_fresh_optimiser(tmp_path):
+    first = Trainer(debug_config(tmp_path / "a", train__steps=2))
+    first.run()
+    config = debug_config(tmp_path / "b", train__steps=2, train__init_from=str(tmp_path / "a"))
+    second = Trainer(config)
+    assert second.step == 0 and not second.optimizer.state
+    for (name, ours), theirs in zip(
+        second.model.state_dict().items(), first.model.state_dict().values()
+    ):
+        assert torch.equal(ours, theirs), name
+    fresh = Trainer(debug_config(tmp_path / "c", train__steps=2))
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(fresh.model.state_dict().values(), first.model.state_dict().values())
+    )
+
+
+def test_init_from_refuses_another_model_or_a_missing_checkpoint(tmp_path):
+    Trainer(debug_config(tmp_path / "a", train__steps=1)).run()
+    other = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"), model__dim=48)
+    with pytest.raises(ValueError, match=r"train.init_from=.*dim: saved 32, run 48"):
+        Trainer(other)
+    missing = debug_config(tmp_path / "c", train__init_from=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match=r"train\.init_from"):
+        Trainer(missing)
+
+
+def test_periodic_evaluation_and_checkpoints_can_be_turned_off(tmp_path):
+    config = debug_config(tmp_path, train__steps=3, train__eval_every=0,
+                          train__checkpoint_every=0)  # fmt: skip
+    Trainer(config).run()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_00000003"]
+    with pytest.raises(ValueError, match=r"train\.eval_every must be >= 0"):
+        debug_config(tmp_path, train__eval_every=-1)
+
+
+def test_babilong_style_rows_end_with_the_scored_answer_after_the_eval_prompt(task_args):
+    task = make_task("babilong_style", 240, task_args)
+    inputs, labels = task.sample(6, torch.Generator().manual_seed(0))
+    assert inputs.shape == labels.shape == (6, 240) and task.vocab_size == 256
+    tok = ByteTokenizer()
+    for row, scored in zip(inputs.tolist(), labels):
+        mask = scored >= 0
+        answer = tok.decode(scored[mask].tolist())
+        assert answer.strip() in babilong_labels("qa1") and answer.startswith(" ")
+        assert mask[-len(answer) :].all() and mask.sum() == len(answer)  # only the answer
+        text = tok.decode([*row, int(scored[-1])])
+        question = text[text.index("Question: ") + 10 : text.index("\nAnswer:")]
+        context = text[text.index("<context>\n") + 10 : text.index("\n</context>")]
+        assert text.endswith(format_prompt(context, question)[-40:] + answer)
+        assert "Sentence number" in context  # the facts sit among book sentences
+    again, _ = task.sample(6, torch.Generator().manual_seed(0))
+    assert torch.equal(inputs, again)
+
+
+def test_babilong_style_task_trains_with_the_byte_tokenizer(task_args, tmp_path):
+    overrides = {"data.source": "task:babilong_style", "data.task_args": task_args,
+                 "train.seq_len": 96, "model.vocab_size": 256, "train.steps": 2,
+                 "train.eval_tokens": 192, "train.out_dir": str(tmp_path / "run"),
+                 "train.progress": False, "train.threads": 1}  # fmt: skip
+    config = build_config("debug", overrides=overrides)
+    assert isinstance(build_pipeline(config, 0, 1).tokenizer, ByteTokenizer)
+    result = Trainer(config).run()
+    assert result.step == 2 and 0.0 <= result.eval["val_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"haystack_dir": "x"}, "babi_dir is required"),
+        ({"babi_dir": "x", "haystack_dir": "x", "task": "qa9"}, "qa9"),
+    ],
+)
+def test_babilong_style_task_names_what_is_missing(args, message):
+    with pytest.raises(ValueError, match=message):
+        make_task("babilong_style", 128, args)
+
+
+def test_babilong_style_rows_too_short_for_the_facts_keep_the_question_and_answer(task_args):
+    inputs, labels = make_task("babilong_style", 64, task_args).sample(
+        4, torch.Generator().manual_seed(3)
+    )
+    tok = ByteTokenizer()
+    for row, scored in zip(inputs.tolist(), labels):
+        text = tok.decode(row)
+        assert inputs.shape == (4, 64) and "Question: Where is " in text
+        assert tok.decode(scored[scored >= 0].tolist()).strip() in babilong_labels("qa1")
