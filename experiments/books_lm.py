@@ -1,0 +1,172 @@
+"""Language modelling on books at equal parameters (issue 10 item 3; docs/results.md).
+
+Trains one model with the library's loop on six of the public-domain books in
+``../shared/data/gutenberg`` (every file but The Jungle Book; byte-level, 512-byte training
+windows, 64-byte attention window, ~530k parameters for every model), then evaluates on two
+texts it never saw -- The Jungle Book, whole, and the first 256k bytes of WikiText-2's test
+split -- three ways:
+
+- ``carried``: the whole text as one stream, state carried (attention models: their window);
+- ``reset``: independent windows of the 512-byte training length, fresh state each;
+- ``by position``: the text cut into 4,096-byte segments, each from a fresh state; the loss
+  averaged per position and binned (1-64, 65-128, ..., 2049-4096): a model that uses
+  context past its attention window keeps improving after byte 64, SWA cannot.
+
+The Transformer control attends to everything in its 512-byte window, so it is scored on
+``reset`` and on positions up to 512 only. One JSON line per run; ``--plot`` draws them.
+
+    python experiments/books_lm.py --model lmm --seed 0
+    python experiments/books_lm.py --plot
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
+
+from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.train import Trainer, build_config
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared/data"
+TRAIN_GLOB = str(DATA / "gutenberg/[!j]*.txt")  # every book but jnglb10.txt (held out)
+EVAL_TEXTS = {"jungle_book": (DATA / "gutenberg/jnglb10.txt", None),
+              "wikitext2_test": (DATA / "wikitext-2/test.txt", 262_144)}  # fmt: skip
+RESULTS = Path("docs/results/books_lm.jsonl")
+TRAIN_LENGTH, PIECE, SEGMENT = 512, 512, 4096
+BINS = (64, 128, 256, 512, 1024, 2048, 4096)  # upper edges of the by-position bins
+# ~530k parameters each: the memory layer costs what a wider attention block does
+SIZES = {"lmm": ["model.dim=128"], "mag": ["model.dim=112"], "swa": ["model.dim=144"],
+         "transformer": ["model.dim=144"]}  # fmt: skip
+
+
+@torch.no_grad()
+def streamed_losses(model, ids: torch.Tensor) -> torch.Tensor:
+    """Per-token loss ``[N, T - 1]`` of rows ``ids [N, T]``, each streamed from a fresh state
+    in PIECE-token pieces with the state carried between them."""
+    losses, state = [], None
+    for start in range(0, ids.shape[1] - 1, PIECE):
+        piece = ids[:, start : start + PIECE + 1]
+        logits, state = model(piece[:, :-1], state)
+        losses.append(F.cross_entropy(logits.transpose(1, 2), piece[:, 1:], reduction="none"))
+    return torch.cat(losses, dim=1)
+
+
+def rows(ids: torch.Tensor, length: int) -> torch.Tensor:
+    """``ids [T]`` cut into independent rows of ``length + 1`` tokens (one shared)."""
+    usable = (len(ids) - 1) // length * length
+    return ids[: usable + 1].unfold(0, length + 1, length)  # [N, length + 1]
+
+
+def evaluate(model, ids: torch.Tensor, full_attention: bool) -> dict:
+    bpb = 1 / math.log(2)
+    reset = torch.cat([streamed_losses(model, r) for r in rows(ids, TRAIN_LENGTH).split(64)])
+    by_position = streamed_losses(model, rows(ids, SEGMENT)).mean(0)  # [SEGMENT]
+    out = {"reset_bpb": round(float(reset.mean()) * bpb, 4), "by_position": []}
+    low = 0
+    for high in BINS:
+        if full_attention and high > TRAIN_LENGTH:
+            break
+        out["by_position"].append(round(float(by_position[low:high].mean()) * bpb, 4))
+        low = high
+    if not full_attention:
+        carried = streamed_losses(model, ids[None])[0]
+        blocks = carried[: len(carried) // SEGMENT * SEGMENT].view(-1, SEGMENT).mean(1)
+        out["carried_bpb"] = round(float(carried.mean()) * bpb, 4)
+        out["carried_blocks"] = [round(float(b) * bpb, 4) for b in blocks]
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    if not DATA.is_dir():
+        raise SystemExit(f"missing {DATA}: this experiment reads the shared data folder")
+    overrides = [
+        f"model.name={args.model}",
+        *SIZES.get(args.model, []),
+        f"data.source={TRAIN_GLOB}",
+        f"train.seed={args.seed}",
+        f"train.steps={args.steps}",
+        f"train.seq_len={TRAIN_LENGTH}",
+        "train.batch_size=4",
+        "train.eval_every=0",
+        f"train.out_dir=runs/books_lm/{args.model}-seed{args.seed}",
+        "train.progress=false",
+        "train.threads=1",
+        "train.sample_tokens=0",
+        *args.set,
+    ]
+    if args.model == "transformer":
+        overrides.append(f"model.window={TRAIN_LENGTH}")
+    start = time.time()
+    trainer = Trainer(build_config("quickstart", overrides=overrides))
+    result = trainer.run()
+    model = trainer.model.eval()
+    record = {
+        "model": args.model,
+        "seed": args.seed,
+        "overrides": args.set,
+        "parameters": model.num_parameters(),
+        "steps": result.step,
+        "tokens": result.step * 4 * TRAIN_LENGTH,
+        "train_seconds": round(time.time() - start),
+    }
+    for name, (path, limit) in EVAL_TEXTS.items():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        ids = torch.tensor(ByteTokenizer().encode(text))[: limit and limit + 1]
+        record[name] = evaluate(model, ids, full_attention=args.model == "transformer")
+    record["seconds"] = round(time.time() - start)
+    return record
+
+
+def plot(path: Path, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = read_records(path)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, item in enumerate(runs):
+        for ax, text in zip(axes, EVAL_TEXTS):
+            curve = item[text]["by_position"]
+            ax.plot(BINS[: len(curve)], curve, marker="o", color=f"C{index}",
+                    label=f"{item['model']} ({item['parameters'] / 1e3:.0f}k)")  # fmt: skip
+    for ax, text in zip(axes, EVAL_TEXTS):
+        ax.axvline(64, color="grey", linestyle=":", label="attention window (64)")
+        ax.set(xscale="log", xlabel="position in a 4,096-byte segment (bin upper edge)",
+               ylabel="bits per byte", title=f"{text}: loss by position, fresh state")  # fmt: skip
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print("| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin |")
+    print("|---|---|---|---|---|---|---|")
+    for item in runs:
+        for text in EVAL_TEXTS:
+            scores = item[text]
+            carried = scores.get("carried_bpb")
+            first, last = scores["by_position"][0], scores["by_position"][-1]
+            cells = [item["model"], f"{item['parameters'] / 1e3:.0f}k", text,
+                     "n/a" if carried is None else f"{carried:.3f}",
+                     f"{scores['reset_bpb']:.3f}", f"{first:.3f}", f"{last:.3f}"]  # fmt: skip
+            print("| " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="lmm")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--set", action="append", default=[], help="config override key=value")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--plot", action="store_true")
+    run_or_plot(parser.parse_args(), run, plot)
+
+
+if __name__ == "__main__":
+    main()
