@@ -58,6 +58,28 @@ def test_multi_query_task_scores_every_queried_key_with_its_earlier_value():
                 assert inputs[row, t + 1] == value  # the answer follows its query
     again, _ = task.sample(64, torch.Generator().manual_seed(1))
     assert torch.equal(inputs, again)
+
+
+def test_interleaved_queries_follow_their_pairs_at_every_distance():
+    task = make_task("kv_multi", 40, {"vocab_size": 20, "num_pairs": 4, "num_queries": 3,
+                                      "layout": "interleaved"})  # fmt: skip
+    inputs, labels = task.sample(256, torch.Generator().manual_seed(2))
+    assert inputs.shape == labels.shape == (256, 40)
+    scored, gaps = labels >= 0, []
+    assert (scored.sum(1) == 3).all()
+    for row in range(256):
+        for t in scored[row].nonzero().flatten().tolist():
+            key, value = inputs[row, t], labels[row, t]
+            first = int((inputs[row] == key).nonzero()[0])  # the store comes first
+            assert first < t and first % 2 == t % 2 == 0 and inputs[row, first + 1] == value
+            assert inputs[row, t + 1] == value
+            gaps.append(t - first)
+    assert min(gaps) == 2 and max(gaps) > 30  # adjacent slots to far apart
+    with pytest.raises(ValueError, match="needs 7"):
+        make_task("kv_multi", 12, {"vocab_size": 20, "num_pairs": 4, "num_queries": 3,
+                                   "layout": "interleaved"})  # fmt: skip
+    with pytest.raises(ValueError, match="layout"):
+        make_task("kv_multi", 40, {"layout": "middle"})
     distances = [t - 1 - int((inputs[r] == inputs[r, t]).nonzero()[0])
                  for r, t in scored.nonzero().tolist()]  # fmt: skip
     assert min(distances) < 8 and max(distances) > 24  # near and far answers both occur

@@ -137,14 +137,21 @@ class MultiQueryRecall:
 
     Why beside ``DistanceRecall``: one query per row scores 1 token in ``seq_len``; scoring
     every pair gives the outer optimiser ``num_queries`` times the signal per step, which is
-    what lets small memory models leave the chance plateau within minutes (docs/results.md)."""
+    what lets small memory models leave the chance plateau within minutes (docs/results.md).
+
+    ``layout="interleaved"`` puts each query at a random slot *after* its pair instead of in
+    a block at the end: every distance from 1 slot on occurs in training, and no query can
+    be answered by elimination (the last of an end block has one value left)."""
 
     seq_len: int
     vocab_size: int = 32
     num_pairs: int = 4
     num_queries: int | None = None  # None: every pair
+    layout: str = "end"  # "end" | "interleaved"
 
     def __post_init__(self) -> None:
+        if self.layout not in ("end", "interleaved"):
+            raise ValueError(f"layout must be 'end' or 'interleaved', got {self.layout!r}")
         keys = self.vocab_size // 2 - 1
         if not 1 <= self.num_pairs < keys:
             raise ValueError(
@@ -155,10 +162,11 @@ class MultiQueryRecall:
             raise ValueError(
                 f"num_queries must lie in [1, num_pairs={self.num_pairs}], got {self.num_queries}"
             )
-        if self.slots < self.num_pairs:
+        needed = self.num_pairs + (self.queries if self.layout == "interleaved" else 0)
+        if self.slots < needed:
             raise ValueError(
-                f"seq_len={self.seq_len} has {self.slots} pair slots before the queries, "
-                f"needs num_pairs={self.num_pairs}"
+                f"seq_len={self.seq_len} has {self.slots} free 2-token slots, "
+                f"num_pairs={self.num_pairs} with layout={self.layout!r} needs {needed}"
             )
 
     @property
@@ -167,8 +175,9 @@ class MultiQueryRecall:
 
     @property
     def slots(self) -> int:
-        """Even 2-token slots that end before the query tail (2 * queries - 1 tokens)."""
-        return max(0, (self.seq_len - 2 * self.queries) // 2)
+        """Even 2-token slots (for the end layout: those before the 2 * queries - 1 tail)."""
+        tail = 2 * self.queries if self.layout == "end" else 0
+        return max(0, (self.seq_len - tail) // 2)
 
     def sample(
         self, batch_size: int, generator: torch.Generator
@@ -180,17 +189,38 @@ class MultiQueryRecall:
         noise_ids = draw[:, n:] + 1  # [B, V/2 - 1 - n]: the key range minus this row's keys
         pick = torch.randint(noise_ids.shape[1], (rows, self.seq_len), generator=generator)
         inputs = noise_ids.gather(1, pick)  # [B, T]
+        labels = torch.full_like(inputs, IGNORE)
+        if self.layout == "interleaved":
+            self._interleave(inputs, labels, keys, values, generator)
+            return inputs, labels
         slot = torch.rand(rows, self.slots, generator=generator).argsort(-1)[:, :n]
         starts = 2 * slot  # [B, n] distinct even positions before the tail
         inputs.scatter_(1, starts, keys)
         inputs.scatter_(1, starts + 1, values)
         asked = torch.rand(rows, n, generator=generator).argsort(-1)[:, :m]  # [B, m]
         key_at = self.seq_len - (2 * m - 1) + 2 * torch.arange(m)  # [m] query positions
-        labels = torch.full_like(inputs, IGNORE)
         inputs[:, key_at] = keys.gather(1, asked)
         labels[:, key_at] = values.gather(1, asked)
         inputs[:, key_at[:-1] + 1] = values.gather(1, asked)[:, :-1]  # the last has no slot
         return inputs, labels
+
+    def _interleave(self, inputs, labels, keys, values, generator) -> None:
+        """Write n pairs and m queries into random 2-token slots of ``inputs`` / ``labels``
+        ``[B, T]``: a random order of the events in which each asked pair occurs twice, the
+        first occurrence its store and the second its query (key, then value, scored)."""
+        rows, n, m = inputs.shape[0], self.num_pairs, self.queries
+        asked = torch.rand(rows, n, generator=generator).argsort(-1)[:, :m]  # [B, m]
+        events = torch.cat([torch.arange(n).expand(rows, n), asked], dim=1)  # [B, n + m] pair ids
+        order = torch.rand(rows, n + m, generator=generator).argsort(-1)
+        events = events.gather(1, order)
+        earlier = torch.ones(n + m, n + m, dtype=torch.bool).tril(-1)  # [i, j]: j before i
+        is_query = ((events[:, :, None] == events[:, None, :]) & earlier).any(-1)  # [B, n + m]
+        slot = torch.rand(rows, self.slots, generator=generator).argsort(-1)[:, : n + m]
+        starts = 2 * slot.sort(-1).values  # [B, n + m] even positions in event order
+        inputs.scatter_(1, starts, keys.gather(1, events))
+        inputs.scatter_(1, starts + 1, values.gather(1, events))
+        answers = torch.where(is_query, values.gather(1, events), IGNORE)
+        labels.scatter_(1, starts, answers)
 
 
 def _babilong_style(**args: Any) -> Task:
