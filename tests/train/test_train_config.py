@@ -37,6 +37,14 @@ def test_a_typo_names_the_field_and_its_neighbours(override, named):
         build_config("debug", overrides=[override])
 
 
+def test_one_task_argument_can_be_set_keeping_the_others():
+    config = build_config("recall", overrides=["data.task_args.layout=interleaved",
+                                               "data.task_args.num_pairs=3"])  # fmt: skip
+    assert config.data.task_args == {"vocab_size": 32, "num_pairs": 3, "layout": "interleaved"}
+    whole = build_config("recall", overrides=['data.task_args={"num_pairs": 2}'])
+    assert whole.data.task_args == {"num_pairs": 2}  # the whole dict replaces
+
+
 def test_wrong_types_and_malformed_overrides_are_errors():
     with pytest.raises(ValueError, match=r"train\.steps takes a int"):
         build_config("debug", overrides=["train.steps=many"])

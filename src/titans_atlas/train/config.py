@@ -180,7 +180,8 @@ def _model_fields() -> list[str]:
 
 
 def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
-    """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``) set."""
+    """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``, or
+    ``data.task_args.<argument>``: one argument, the others kept) set."""
     section, _, name = key.partition(".")
     sections = [f.name for f in fields(RunConfig)]
     if section not in sections or not name:
@@ -192,6 +193,10 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
             raise ValueError(f"unknown model setting {name!r}{_suggest(name, valid)}")
         value = _parse(value) if isinstance(value, str) else value  # the model checks types
         part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
+    elif name.startswith("task_args.") and section == "data":  # one task argument
+        argument = name.removeprefix("task_args.")
+        value = _parse(value) if isinstance(value, str) else value
+        part = replace(part, task_args={**part.task_args, argument: value})
     else:
         valid = [f.name for f in fields(part)]
         if name not in valid:
