@@ -130,18 +130,27 @@ def plot(path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = read_records(path)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    control = {item["seed"]: item for item in runs if item["model"] == "swa"}
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
     for index, item in enumerate(runs):
-        for ax, text in zip(axes, EVAL_TEXTS):
+        for column, text in enumerate(EVAL_TEXTS):
             curve = item[text]["by_position"]
-            ax.plot(BINS[: len(curve)], curve, marker="o", color=f"C{index}",
-                    label=f"{item['model']} ({item['parameters'] / 1e3:.0f}k)")  # fmt: skip
-    for ax, text in zip(axes, EVAL_TEXTS):
-        ax.axvline(64, color="grey", linestyle=":", label="attention window (64)")
-        ax.set(xscale="log", xlabel="position in a 4,096-byte segment (bin upper edge)",
-               ylabel="bits per byte", title=f"{text}: loss by position, fresh state")  # fmt: skip
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+            label = f"{item['model']} ({item['parameters'] / 1e3:.0f}k)"
+            axes[0, column].plot(BINS[: len(curve)], curve, marker="o", color=f"C{index}",
+                                 label=label)  # fmt: skip
+            swa = control.get(item["seed"])
+            if swa is not None and item is not swa:
+                gap = [a - b for a, b in zip(curve, swa[text]["by_position"])]
+                axes[1, column].plot(BINS[: len(gap)], gap, marker="o", color=f"C{index}",
+                                     label=label)  # fmt: skip
+    for column, text in enumerate(EVAL_TEXTS):
+        axes[0, column].set(ylabel="bits per byte", title=f"{text}: loss by position, fresh state")
+        axes[1, column].set(ylabel="minus the SWA control (bits per byte)", xscale="log",
+                            xlabel="position in a 4,096-byte segment (bin upper edge)")  # fmt: skip
+        for ax in axes[:, column]:
+            ax.axvline(64, color="grey", linestyle=":", label="attention window (64)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print("| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin |")
