@@ -20,6 +20,9 @@ STORY = """1 Mary moved to the bathroom.
 1 John travelled to the office.
 2 Where is John? \toffice\t1
 """
+TEST_STORY = """1 Sandra journeyed to the kitchen.
+2 Where is Sandra? \tkitchen\t1
+"""
 BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i in range(300))
 
 
@@ -27,6 +30,7 @@ BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i 
 def task_args(tmp_path):
     pytest.importorskip("nltk")  # the books are cut into sentences with Punkt
     (tmp_path / "qa1_single-supporting-fact_train.txt").write_text(STORY)
+    (tmp_path / "qa1_single-supporting-fact_test.txt").write_text(TEST_STORY)
     (tmp_path / "books").mkdir()
     (tmp_path / "books" / "book.txt").write_text(BOOK)
     return {"babi_dir": str(tmp_path), "haystack_dir": str(tmp_path / "books")}
@@ -119,3 +123,13 @@ def test_babilong_style_rows_too_short_for_the_facts_keep_the_question_and_answe
         text = tok.decode(row)
         assert inputs.shape == (4, 64) and "Question: Where is " in text
         assert tok.decode(scored[scored >= 0].tolist()).strip() in babilong_labels("qa1")
+
+
+def test_babilong_style_validation_asks_the_held_out_questions(task_args):
+    task = make_task("babilong_style", 240, task_args)
+    held_out = task.validation()
+    _, labels = held_out.sample(4, torch.Generator().manual_seed(0))
+    tok = ByteTokenizer()
+    assert {tok.decode(row[row >= 0].tolist()) for row in labels} == {" kitchen"}
+    _, train_labels = task.sample(8, torch.Generator().manual_seed(0))
+    assert " kitchen" not in {tok.decode(row[row >= 0].tolist()) for row in train_labels}

@@ -1,10 +1,11 @@
 """BABILong-style question answering as a training task (``data.source = "task:babilong_style"``).
 
-Each row is one bAbI question (from the ``split`` file of ``task`` in ``babi_dir``) with its
-facts hidden in book sentences from ``haystack_dir``, laid out exactly as
-``titans eval --task babilong-style`` prompts the model (``eval.babilong.format_prompt``),
-then a space and the answer. Only the answer's tokens are scored, so a model fine-tuned here
-on short rows can be evaluated with the evaluation's label ranking on rows many times longer.
+Each row is one bAbI question (from the ``split`` file of ``task`` in ``babi_dir``; validation
+reads ``val_split``) with its facts hidden in book sentences from ``haystack_dir``, laid out
+exactly as ``titans eval --task babilong-style`` prompts the model
+(``eval.babilong.format_prompt``), then a space and the answer. Only the answer's tokens are
+scored, so a model fine-tuned here on short rows can be evaluated with the evaluation's label
+ranking on rows many times longer.
 
 A row fills ``seq_len + 1`` tokens: the noise budget is what the prompt, the facts and the
 answer leave; when the facts alone overflow, the context loses its oldest tokens; a row left
@@ -14,7 +15,7 @@ short (tokenisation at the cut) is padded with spaces on the left, unscored.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -34,6 +35,7 @@ class BabilongStyle:
     haystack_dir: str = ""
     task: str = "qa1"
     split: str = "train"
+    val_split: str = "test"  # validation asks questions training never saw
     tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
 
     def __post_init__(self) -> None:
@@ -46,6 +48,11 @@ class BabilongStyle:
         babilong_labels(self.task)  # ValueError for tasks without the benchmark's labels
         if self.seq_len < 64:
             raise ValueError(f"train.seq_len must be >= 64 for babilong_style, got {self.seq_len}")
+
+    def validation(self) -> BabilongStyle:
+        """The same rows built from the ``val_split`` file: a run's validation accuracy is
+        then not inflated by stories the model has memorised."""
+        return replace(self, split=self.val_split)
 
     @property
     def vocab_size(self) -> int:

@@ -116,8 +116,10 @@ def _task_pipeline(config: RunConfig, rank: int, world_size: int) -> Pipeline:
         1, math.ceil((loop.eval_tokens or 4096) / (loop.batch_size * world_size * loop.seq_len))
     )
 
+    held_out = task.validation() if hasattr(task, "validation") else task  # e.g. a test split
+
     def make_val():
-        return TaskBatches(task, loop.batch_size, loop.seed + 7919, rank, world_size), count
+        return TaskBatches(held_out, loop.batch_size, loop.seed + 7919, rank, world_size), count
 
     tokenizer = getattr(task, "tokenizer", None) or IdTokenizer(task.vocab_size)
     return Pipeline(tokenizer, task.vocab_size, train, make_val, None)

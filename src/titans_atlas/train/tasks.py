@@ -18,8 +18,9 @@ from .batches import IGNORE, Batch
 
 
 class Task(Protocol):
-    """A task may also carry a ``tokenizer`` (its ids are text); without one its ids stand
-    for nothing and the run saves an ``IdTokenizer``."""
+    """A task may also carry a ``tokenizer`` (its ids are text; without one its ids stand
+    for nothing and the run saves an ``IdTokenizer``) and a ``validation()`` method returning
+    the task validation draws from (held-out items; without one, fresh draws of itself)."""
 
     vocab_size: int  # ids lie in [0, vocab_size)
 
