@@ -5,7 +5,7 @@ Starts from a model trained by ``books_lm.py`` (``runs/books_lm/MODEL-seed0``: b
 (bAbI qa1 *train* questions, facts hidden in book sentences, 512-byte rows, only the answer
 scored), then runs ``titans eval --task babilong-style`` on the qa1 *test* questions at
 nominal lengths 768 / 2,048 / 4,096 / 8,192 tokens: contexts of 468 / 1,748 / 3,796 / 7,892
-bytes, 1x / 3.7x / 8.1x / 16.9x the fine-tuning rows' ~450-byte contexts. Scored by the
+bytes, 1.0x / 3.9x / 8.4x / 17.5x the fine-tuning rows' ~450-byte contexts. Scored by the
 benchmark's label ranking over the six locations (chance 16.7%). One JSON line per run.
 
     python experiments/books_lm.py --model lmm          # the starting point
