@@ -53,11 +53,21 @@ def test_init_from_starts_from_the_saved_weights_with_a_fresh_optimiser(tmp_path
     )
 
 
-def test_init_from_refuses_another_model_or_a_missing_checkpoint(tmp_path):
+def test_init_from_refuses_another_model_its_own_run_dir_or_a_missing_checkpoint(tmp_path):
     Trainer(debug_config(tmp_path / "a", train__steps=1)).run()
     other = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"), model__dim=48)
     with pytest.raises(ValueError, match=r"train.init_from=.*dim: saved 32, run 48"):
         Trainer(other)
+    memory = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
+                          model__lr_max=0.5)  # fmt: skip
+    with pytest.raises(ValueError, match=r"memory\.lr_max: saved 0\.02, run 0\.5\)$"):
+        Trainer(memory)
+    gates = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
+                         model__init_lr=0.001)  # fmt: skip
+    Trainer(gates)  # init_* only set starting values, which the copied weights replace
+    own = debug_config(tmp_path / "a", train__init_from=str(tmp_path / "a"))
+    with pytest.raises(ValueError, match="would overwrite it"):
+        Trainer(own)
     missing = debug_config(tmp_path / "c", train__init_from=str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match=r"train\.init_from"):
         Trainer(missing)
@@ -68,8 +78,9 @@ def test_periodic_evaluation_and_checkpoints_can_be_turned_off(tmp_path):
                           train__checkpoint_every=0)  # fmt: skip
     Trainer(config).run()
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_00000003"]
-    with pytest.raises(ValueError, match=r"train\.eval_every must be >= 0"):
-        debug_config(tmp_path, train__eval_every=-1)
+    for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens"):
+        with pytest.raises(ValueError, match=rf"train\.{name} must be >= 0"):
+            debug_config(tmp_path, **{f"train__{name}": -1})
 
 
 def test_babilong_style_rows_end_with_the_scored_answer_after_the_eval_prompt(task_args):
@@ -91,27 +102,38 @@ def test_babilong_style_rows_end_with_the_scored_answer_after_the_eval_prompt(ta
     assert torch.equal(inputs, again)
 
 
-def test_babilong_style_task_trains_with_the_byte_tokenizer(task_args, tmp_path):
+def test_babilong_style_task_runs_through_the_trainer_with_the_byte_tokenizer(task_args, tmp_path):
     overrides = {"data.source": "task:babilong_style", "data.task_args": task_args,
                  "train.seq_len": 96, "model.vocab_size": 256, "train.steps": 2,
                  "train.eval_tokens": 192, "train.out_dir": str(tmp_path / "run"),
                  "train.progress": False, "train.threads": 1}  # fmt: skip
     config = build_config("debug", overrides=overrides)
-    assert isinstance(build_pipeline(config, 0, 1).tokenizer, ByteTokenizer)
-    result = Trainer(config).run()
-    assert result.step == 2 and 0.0 <= result.eval["val_accuracy"] <= 1.0
+    pipeline = build_pipeline(config, 0, 1)
+    assert isinstance(pipeline.tokenizer, ByteTokenizer)
+    batches, _ = pipeline.make_val()
+    asked = {pipeline.tokenizer.decode(row[row >= 0].tolist()) for row in batches.next().labels}
+    assert asked == {" kitchen"}  # validation asks the held-out (test) question only
+    result = Trainer(config).run()  # a smoke run: two steps, then the evaluation
+    assert result.step == 2 and "val_accuracy" in result.eval
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "seq_len", "message"),
     [
-        ({"haystack_dir": "x"}, "babi_dir is required"),
-        ({"babi_dir": "x", "haystack_dir": "x", "task": "qa9"}, "qa9"),
+        ({"babi_dir": ""}, 128, "babi_dir is required"),
+        ({"task": "qa9"}, 128, "qa9"),
+        ({}, 32, "seq_len must be >= 64"),
+        ({"val_split": "train", "split": "test"}, 128, None),
+        ({"task": "qa2"}, 128, "qa2_"),
+        ({"haystack_dir": "/nonexistent"}, 128, r"holds no \*\.txt book files"),
     ],
 )
-def test_babilong_style_task_names_what_is_missing(args, message):
+def test_babilong_style_task_names_what_is_missing(task_args, args, seq_len, message):
+    if message is None:  # both files exist: fine either way round
+        make_task("babilong_style", seq_len, {**task_args, **args})
+        return
     with pytest.raises(ValueError, match=message):
-        make_task("babilong_style", 128, args)
+        make_task("babilong_style", seq_len, {**task_args, **args})
 
 
 def test_babilong_style_rows_too_short_for_the_facts_keep_the_question_and_answer(task_args):

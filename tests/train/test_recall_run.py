@@ -58,6 +58,17 @@ def test_multi_query_task_scores_every_queried_key_with_its_earlier_value():
                 assert inputs[row, t + 1] == value  # the answer follows its query
     again, _ = task.sample(64, torch.Generator().manual_seed(1))
     assert torch.equal(inputs, again)
+    distances = [t - 1 - int((inputs[r] == inputs[r, t]).nonzero()[0])
+                 for r, t in scored.nonzero().tolist()]  # fmt: skip
+    assert min(distances) < 8 and max(distances) > 24  # near and far answers both occur
+
+
+def test_end_layout_draws_the_rows_the_committed_recall_runs_trained_on():
+    inputs, labels = make_task("kv_multi", 128, {"vocab_size": 32, "num_pairs": 4}).sample(
+        64, torch.Generator().manual_seed(5)
+    )
+    # sums of the rows drawn before the interleaved layout existed (docs/results/recall.jsonl)
+    assert int(inputs.sum()) == 72319 and int(labels.clamp_min(0).sum()) == 6017
 
 
 def test_interleaved_queries_follow_their_pairs_at_every_distance():
@@ -80,9 +91,6 @@ def test_interleaved_queries_follow_their_pairs_at_every_distance():
                                    "layout": "interleaved"})  # fmt: skip
     with pytest.raises(ValueError, match="layout"):
         make_task("kv_multi", 40, {"layout": "middle"})
-    distances = [t - 1 - int((inputs[r] == inputs[r, t]).nonzero()[0])
-                 for r, t in scored.nonzero().tolist()]  # fmt: skip
-    assert min(distances) < 8 and max(distances) > 24  # near and far answers both occur
 
 
 @pytest.mark.parametrize(

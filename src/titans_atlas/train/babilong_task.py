@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 import torch
 
@@ -30,6 +31,9 @@ from .batches import IGNORE
 
 @dataclass(frozen=True)
 class BabilongStyle:
+    """Rows of ``seq_len`` tokens: ``sample(B, generator)`` -> ``inputs [B, T]`` and
+    ``labels [B, T]`` (int64; the answer's tokens at the end of each row, -100 elsewhere)."""
+
     seq_len: int
     babi_dir: str = ""
     haystack_dir: str = ""
@@ -48,6 +52,12 @@ class BabilongStyle:
         babilong_labels(self.task)  # ValueError for tasks without the benchmark's labels
         if self.seq_len < 64:
             raise ValueError(f"train.seq_len must be >= 64 for babilong_style, got {self.seq_len}")
+        for split in (self.split, self.val_split):  # missing files fail now, not after training
+            babi_file(self.babi_dir, self.task, split)
+        if not any(Path(self.haystack_dir).glob("*.txt")):
+            raise ValueError(
+                f"data.task_args.haystack_dir={self.haystack_dir!r} holds no *.txt book files"
+            )
 
     def validation(self) -> BabilongStyle:
         """The same rows built from the ``val_split`` file: a run's validation accuracy is
@@ -82,6 +92,7 @@ class BabilongStyle:
     def sample(
         self, batch_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch_size`` rows, each from a Python RNG seeded by a draw of ``generator``."""
         seeds = torch.randint(2**62, (batch_size,), generator=generator).tolist()
         rows, labels = [], torch.full((batch_size, self.seq_len), IGNORE, dtype=torch.long)
         for index, seed in enumerate(seeds):

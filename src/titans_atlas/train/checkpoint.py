@@ -266,20 +266,39 @@ def resolve_model_dir(path: str | Path, which: str = "latest") -> Path:
     return checkpoint / "model"
 
 
-def load_initial_weights(model: LanguageModel, source: str | Path) -> None:
+def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path) -> None:
     """Copy the weights saved at ``source`` (a run directory's latest checkpoint, a training
     checkpoint or a model directory) into ``model``; ValueError naming ``train.init_from``
-    when the saved model config differs from the model's."""
+    when the saved model config differs from the model's, or when ``source`` lies in the new
+    run's directory (its checkpoints would replace the ones it starts from)."""
+    where, run_dir = Path(source).resolve(), Path(run_dir).resolve()
+    if where == run_dir or run_dir in where.parents:
+        raise ValueError(
+            f"train.init_from={str(source)!r} lies in train.out_dir={str(run_dir)!r}: the new "
+            "run would overwrite it; give the fine-tuning run another out_dir"
+        )
     try:
         saved = load_model(resolve_model_dir(source))
     except CheckpointError as err:
         raise ValueError(f"train.init_from={str(source)!r}: {err}") from err
-    theirs, ours = saved.config.__dict__, model.config.__dict__
-    differ = sorted(k for k in ours if theirs.get(k) != ours[k])
+    theirs, ours = _flat_config(saved.config.to_dict()), _flat_config(model.config.to_dict())
+    # init_* only set starting values of parameters, which the copy overwrites
+    differ = sorted(k for k in ours | theirs if theirs.get(k) != ours.get(k) and "init_" not in k)
     if differ:
-        listed = ", ".join(f"{k}: saved {theirs.get(k)!r}, run {ours[k]!r}" for k in differ)
+        listed = ", ".join(f"{k}: saved {theirs.get(k)!r}, run {ours.get(k)!r}" for k in differ)
         raise ValueError(f"train.init_from={str(source)!r} holds another model ({listed})")
     weights = saved.state_dict()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             tensor.copy_(weights[name])
+
+
+def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"memory": {"lr_max": 0.1}}`` -> ``{"memory.lr_max": 0.1}``."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat |= _flat_config(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -88,7 +88,7 @@ class Trainer:
             )
         self.model = build_model(model_config).to(self.device)
         if loop.init_from and not resume:
-            load_initial_weights(self.model, loop.init_from)
+            load_initial_weights(self.model, loop.init_from, self.run_dir)
         self.stream = config.data.mode == "stream"
         if self.stream:
             check_stream_alignment(self.model, loop.seq_len)

@@ -141,8 +141,9 @@ class MultiQueryRecall:
     what lets small memory models leave the chance plateau within minutes (docs/results.md).
 
     ``layout="interleaved"`` puts each query at a random slot *after* its pair instead of in
-    a block at the end: every distance from 1 slot on occurs in training, and no query can
-    be answered by elimination (the last of an end block has one value left)."""
+    a block at the end, so every distance from 1 slot on occurs in training. With
+    ``num_queries < num_pairs`` no query can be answered by elimination either (when every
+    pair is asked, the last query has one value left, in either layout)."""
 
     seq_len: int
     vocab_size: int = 32
