@@ -91,8 +91,8 @@ def plot(path: Path, out: Path) -> None:
     multiples = [(n - 300) / CONTEXT for n in LENGTHS]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for index, item in enumerate(runs):
-        ax.plot(multiples, item["accuracy"], marker="o", color=f"C{index}",
-                label=f"{item['model']} ({item['parameters'] / 1e3:.0f}k)")  # fmt: skip
+        label = f"{item['model']} ({item['parameters'] / 1e3:.0f}k, {item['steps']} steps)"
+        ax.plot(multiples, item["accuracy"], marker="o", color=f"C{index}", label=label)
     ax.axhline(100 / 6, color="grey", linestyle=":", label="chance (1 in 6)")
     ax.set(xscale="log", xlabel="context length / fine-tuning context (~450 bytes)",
            ylabel="qa1 accuracy (%)", ylim=(0, 100),
