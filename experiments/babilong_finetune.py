@@ -20,7 +20,12 @@ import json
 import time
 from pathlib import Path
 
-from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
+from _common import (  # experiments/ is on sys.path when run
+    QUIET,
+    experiment_parser,
+    read_records,
+    run_or_plot,
+)
 from books_lm import SIZES
 
 from titans_atlas.eval import EvalSettings, run_task
@@ -52,9 +57,7 @@ def run(args: argparse.Namespace) -> dict:
         "train.eval_tokens=8192",
         "optim.lr=1e-3",
         f"train.out_dir=runs/babilong_qa1/{args.model}-seed{args.seed}",
-        "train.progress=false",
-        "train.threads=1",
-        "train.sample_tokens=0",
+        *QUIET,
         *args.set,
     ]
     start = time.time()
@@ -112,14 +115,8 @@ def plot(path: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="lmm")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=300)
+    parser = experiment_parser(__doc__, RESULTS, 300)
     parser.add_argument("--samples", type=int, default=100, help="test questions per length")
-    parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--plot", action="store_true")
     run_or_plot(parser.parse_args(), run, plot)
 
 

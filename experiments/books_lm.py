@@ -28,7 +28,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
+from _common import (  # experiments/ is on sys.path when run
+    QUIET,
+    experiment_parser,
+    read_records,
+    run_or_plot,
+)
 
 from titans_atlas.tokenizer import ByteTokenizer
 from titans_atlas.train import Trainer, build_config
@@ -95,9 +100,7 @@ def run(args: argparse.Namespace) -> dict:
         "train.batch_size=4",
         "train.eval_every=0",
         f"train.out_dir=runs/books_lm/{args.model}-seed{args.seed}",
-        "train.progress=false",
-        "train.threads=1",
-        "train.sample_tokens=0",
+        *QUIET,
         *args.set,
     ]
     if args.model == "transformer":
@@ -167,13 +170,7 @@ def plot(path: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="lmm")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--plot", action="store_true")
+    parser = experiment_parser(__doc__, RESULTS, 600)
     run_or_plot(parser.parse_args(), run, plot)
 
 

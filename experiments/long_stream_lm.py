@@ -23,7 +23,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
+from _common import (  # experiments/ is on sys.path when run
+    QUIET,
+    experiment_parser,
+    read_records,
+    run_or_plot,
+)
 
 from titans_atlas.tokenizer import ByteTokenizer
 from titans_atlas.train import Trainer, build_config
@@ -64,9 +69,7 @@ def run(args: argparse.Namespace) -> dict:
         f"train.seed={args.seed}",
         f"train.steps={args.steps}",
         f"train.out_dir=runs/long_stream/{args.model}-seed{args.seed}",
-        "train.progress=false",
-        "train.threads=1",
-        "train.sample_tokens=0",
+        *QUIET,
         *args.set,
     ]
     start = time.time()
@@ -135,14 +138,8 @@ def plot(path: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="lmm")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=500)
+    parser = experiment_parser(__doc__, RESULTS, 500)
     parser.add_argument("--eval-tokens", type=int, default=16384)
-    parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--plot", action="store_true")
     run_or_plot(parser.parse_args(), run, plot)
 
 

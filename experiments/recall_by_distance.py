@@ -23,7 +23,12 @@ import math
 import time
 from pathlib import Path
 
-from _common import read_records, run_or_plot  # experiments/ is on sys.path when run
+from _common import (  # experiments/ is on sys.path when run
+    QUIET,
+    experiment_parser,
+    read_records,
+    run_or_plot,
+)
 
 from titans_atlas.eval.distance import recall_by_distance
 from titans_atlas.train import Trainer, build_config
@@ -40,8 +45,7 @@ def run(args: argparse.Namespace) -> dict:
         f"model.name={args.model}",
         f"train.seed={args.seed}",
         f"train.out_dir=runs/recall/{args.model}-seed{args.seed}-{tag}",
-        "train.progress=false",
-        "train.threads=1",
+        *QUIET,
         "train.control=null",
         *args.set,
     ]
@@ -138,14 +142,8 @@ def table(runs: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="lmm")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=0, help="0: the preset's")
+    parser = experiment_parser(__doc__, RESULTS, 0, "0: the preset's")
     parser.add_argument("--samples", type=int, default=200, help="queries per point")
-    parser.add_argument("--set", action="append", default=[], help="config override key=value")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--plot", action="store_true", help="plot and tabulate --results")
     run_or_plot(parser.parse_args(), run, plot)
 
 
