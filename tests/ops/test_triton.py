@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
-from test_inner_stability import CLIP, clipped_fraction
+from test_inner_stability import CLIP, clipped_fraction, target_of
 
 import titans_atlas.ops.scan as scan_module
 from helpers import (
@@ -245,13 +245,62 @@ def test_unsupported_options_raise_naming_the_option(memory, option, match):
         scan(memory, inputs, state, chunk_size=2, impl="triton", **option)
 
 
-def test_a_decay_target_is_refused_naming_it():
-    memory = MEMORIES["mlp"]
-    weights = random_weights(memory, 2)
-    state = memory.initial_state(weights, 1)
-    with pytest.raises(ValueError, match="decay_to"):
-        scan(memory, random_inputs(memory, 1, 4, 2), state, chunk_size=2, impl="triton",
-             decay_to=weights)  # fmt: skip
+@pytest.mark.parametrize(
+    "memory_id, length, chunk_size, read, per_sample, clip",
+    [
+        ("linear", 11, 4, "after", False, None),
+        ("linear", 7, 3, "before", True, CLIP),
+        ("mlp", 11, 4, "after", True, None),
+        ("mlp", 9, 4, "before", False, CLIP),
+        ("mlp-silu-res", 7, 3, "before", True, None),
+    ],
+)
+def test_decay_to_a_target_equals_reference(memory_id, length, chunk_size, read, per_sample, clip):
+    """decay_to (docs/memory.md, section 10): the MLP kernels add (1 - beta) A to every read
+    and chunk end, the linear memory runs the zero-target kernel on W - A; the target's
+    gradient (per head or per sample) included."""
+    memory, inputs, weights, momentum = case(memory_id, length, window=2, batch=2)
+    target = {n: w.to(DEVICE) for n, w in
+              target_of(memory, heads=2, batch=2 if per_sample else None).items()}  # fmt: skip
+    results = run_both(
+        memory, inputs, weights, momentum, impls=BOTH, extra_leaves=target.values(),
+        chunk_size=chunk_size, read=read, omega_window=2, max_grad_norm=clip, decay_to=target,
+    )  # fmt: skip
+    check_parity(results)
+    assert results[1][2][-1].abs().max() > 0  # the target's gradient is not trivially 0
+
+
+def test_decay_to_streamed_in_pieces_over_several_hidden_tiles(monkeypatch):
+    """The target's gradient summed over chunks and hidden tiles (16 + 16 + 8), through a
+    stream cut into pieces of 3, 1 and 6 (the carried base inside a chunk)."""
+    monkeypatch.setattr(fused_autograd, "HIDDEN_TILE", 16)
+    memory = MLPMemory(dim_in=5, dim_out=3, expansion=8)
+    monkeypatch.setitem(MEMORIES, "wide", memory)
+    _, inputs, weights, momentum = case("wide", length=10, window=1, heads=1)
+    target = {n: w.to(DEVICE) for n, w in target_of(memory, heads=1).items()}
+    leaves = [x for x in inputs.values() if x is not None]
+    leaves += [*weights.values(), *momentum.values(), *target.values()]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    options = dict(chunk_size=4, max_grad_norm=CLIP, decay_to=target)
+
+    def start():
+        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
+
+    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
+    state, pieces, edge = start(), [], 0
+    for size in (3, 1, 6):
+        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
+                        **options)  # fmt: skip
+        pieces.append(y)
+        edge += size
+    y_tri = torch.cat(pieces, dim=1)
+    assert_close(y_tri, y_ref)
+    assert_states_close(state, s_ref)
+    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
+    grads_tri = gradients(probe_loss(y_tri, state), leaves)
+    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
+        assert_close(a, e, name=f"grad {i}")
 
 
 def test_a_missing_triton_package_raises_naming_the_extra(monkeypatch):
@@ -290,9 +339,11 @@ def test_cpu_tensors_without_the_interpreter_raise(monkeypatch):
         scan(memory, random_inputs(memory, 1, 4, 2), state, chunk_size=2, impl="triton")
 
 
-def test_a_model_runs_the_kernels_through_set_runtime(monkeypatch):
+@pytest.mark.parametrize("decay_target", ["zero", "init"])
+def test_a_model_runs_the_kernels_through_set_runtime(monkeypatch, decay_target):
     """``set_runtime(memory_impl="triton")`` reaches every memory layer: the logits, the
-    carried state and the parameter gradients equal the torch chunked form's."""
+    carried state and the parameter gradients equal the torch chunked form's (also with the
+    training presets' decay toward the learned initial weights)."""
     import titans_atlas as ta
     import titans_atlas.ops.triton as triton_package
 
@@ -304,7 +355,8 @@ def test_a_model_runs_the_kernels_through_set_runtime(monkeypatch):
 
     monkeypatch.setattr(triton_package, "memory_scan_triton", spy)
 
-    model = ta.create_model("lmm", vocab_size=32, dim=8, depth=1, num_heads=1, chunk_size=4)
+    model = ta.create_model("lmm", vocab_size=32, dim=8, depth=1, num_heads=1, chunk_size=4,
+                            decay_target=decay_target)  # fmt: skip
     model = model.double().to(DEVICE)
     ids = torch.randint(0, 32, (1, 10), device=DEVICE)
     results = []
@@ -346,19 +398,22 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("anchored", [False, True])
 @pytest.mark.parametrize("memory_id", ["linear", "mlp"])
-def test_operations_do_not_grow_with_the_number_of_chunks(memory_id):
+def test_operations_do_not_grow_with_the_number_of_chunks(memory_id, anchored):
     """The chunk loop is one kernel each way: 2 or 4 chunks cost the same operations (the
-    torch chunked form adds ~50 forward and ~140 backward per chunk for the MLP)."""
+    torch chunked form adds ~50 forward and ~140 backward per chunk for the MLP), with or
+    without a decay target."""
     counts = []
     for length in (8, 16):
         memory, inputs, weights, momentum = case(memory_id, length, heads=1)
+        target = {n: w + 0.5 for n, w in weights.items()} if anchored else None
         leaves = [*inputs.values(), *weights.values()]
         for leaf in (x for x in leaves if x is not None):
             leaf.requires_grad_(True)
         state = replace(memory.initial_state(weights, 1), momentum=dict(momentum))
         with _CountOps() as forward:
-            y, state = scan(memory, inputs, state, chunk_size=4, impl="triton")
+            y, state = scan(memory, inputs, state, chunk_size=4, impl="triton", decay_to=target)
         with _CountOps() as backward:
             probe_loss(y, state).backward()
         counts.append((forward.count, backward.count))

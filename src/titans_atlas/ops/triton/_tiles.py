@@ -102,6 +102,12 @@ def load_chunk_coefficients(
 
 
 @device_function
+def load_anchor_coefficients(ra, ea, cn, C, BC: tl.constexpr):
+    """Chunk ``cn``'s decay-target coefficients: 1 - beta per read row [C] and at the end."""
+    return load_row(ra + cn * C, tl.arange(0, BC), C), tl.load(ea + cn)
+
+
+@device_function
 def store_chunk_coefficient_grads(
     rd,
     rm,

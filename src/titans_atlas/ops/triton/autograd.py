@@ -106,13 +106,19 @@ class LinearScan(torch.autograd.Function):
 
 
 class MLPScan(torch.autograd.Function):
-    """2-layer MLP memory: (q, k, v, 8 coefficients, W1, S1, W2, S2, B1, B2) ->
-    (y, W1_end, S1_end, W2_end, S2_end, W1_last, W2_last); ``options`` = (input precision,
-    activation code, residual, save for backward, clip threshold or None)."""
+    """2-layer MLP memory: (q, k, v, 8 coefficients, W1, S1, W2, S2, B1, B2, RA, EA, A1, A2)
+    -> (y, W1_end, S1_end, W2_end, S2_end, W1_last, W2_last); RA ``[G, N, C]`` and EA
+    ``[G, N]`` are the decay target's coefficients (``read_anchor``, ``end_anchor``) and
+    A1, A2 the target, all four None without one; ``options`` = (input precision, activation
+    code, residual, save for backward, clip threshold or None)."""
 
     @staticmethod
-    def forward(ctx, options, q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2):
+    def forward(
+        ctx, options, q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, *target
+    ):
         precision, act, residual, save, clip = options
+        anchor = target[0] is not None
+        target = target if anchor else (rd, ed, w1, w2)  # stand-in pointers, never read
         groups, chunks = q.shape[:2]
         slots = chunks + 1 if save else 2
         states = [x.new_empty(groups, slots, *x.shape[1:]) for x in (w1, s1, w2, s2)]
@@ -120,20 +126,22 @@ class MLPScan(torch.autograd.Function):
         sizes = _mlp_blocks(q, k, v, w1)
         mlp_forward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, y, *states,
-            clip_tensor(clip, q), chunks, **sizes, ACT=act, RESIDUAL=residual, SAVE=save,
-            PREC=precision, CLIP=clip is not None, **_launch(),
+            clip_tensor(clip, q), *target, chunks, **sizes, ACT=act, RESIDUAL=residual,
+            SAVE=save, PREC=precision, CLIP=clip is not None, ANCHOR=anchor, **_launch(),
         )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
-            ctx.save_for_backward(q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states)
-            ctx.options = options
+            saved = (q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *target, *states)
+            ctx.save_for_backward(*saved)
+            ctx.options, ctx.anchor = options, anchor
         ends = [x[:, end].clone() for x in states]
         return y, *ends, states[0][:, last].clone(), states[2][:, last].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g_y, g_w1, g_s1, g_w2, g_s2, g_w1_last, g_w2_last):
-        q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states = ctx.saved_tensors
+        q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *rest = ctx.saved_tensors
+        target, states = rest[:4], rest[4:]
         precision, act, residual, _, clip = ctx.options
         groups, chunks = q.shape[:2]
         g_y = _zeros_if_none(g_y, q.new_empty(*q.shape[:3], v.shape[-1]))
@@ -149,14 +157,19 @@ class MLPScan(torch.autograd.Function):
         sizes = _mlp_blocks(q, k, v, b1)
         hidden_padded = triton.cdiv(sizes["DH"], sizes["BT"]) * sizes["BT"]
         scratch = [q.new_empty(groups, sizes["BU"], hidden_padded) for _ in range(2)]
+        g_target = list(target)  # stand-in pointers without a target, never written
+        if ctx.anchor:  # coefficients written per chunk; A1, A2 summed over the chunks
+            g_target = [torch.empty_like(x) for x in target[:2]]
+            g_target += [torch.zeros_like(x) for x in target[2:]]
         mlp_backward_kernel[(groups,)](
             q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states, g_y, *incoming,
             g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch, clip_tensor(clip, q),
-            chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision,
-            CLIP=clip is not None, **_launch(),
+            *target, *g_target, chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision,
+            CLIP=clip is not None, ANCHOR=ctx.anchor, **_launch(),
         )  # fmt: skip
         g_w1, g_s1, g_w2, g_s2 = (x[:, 0] for x in g_slots)  # chunk 0's start-state gradient
-        return None, g_q, g_k, g_v, *g_coef, g_w1, g_s1, g_w2, g_s2, g_b1, g_b2
+        g_target = g_target if ctx.anchor else [None] * 4
+        return None, g_q, g_k, g_v, *g_coef, g_w1, g_s1, g_w2, g_s2, g_b1, g_b2, *g_target
 
 
 def _mlp_blocks(q, k, v, w1) -> dict:

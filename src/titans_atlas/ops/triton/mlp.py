@@ -11,6 +11,10 @@ Per chunk (docs/memory.md, eq. 4), with base weights B1, B2 and act' / act'' its
     y  = rd (Hq W2) + rm (Hq S2) - (RG * Hq H^T) D2 (+ q)
     W' = ed W + em S - a^T (eg * b),  S' = md S - a^T (mg * b)   for (a, b) of each weight
 
+With ANCHOR (a decay target A, docs/memory.md section 10) every weight gains (1 - beta) A:
+Zq gains ra (q A1), y gains ra (Hq A2) and W' gains ea A (ra, ea: ``read_anchor``,
+``end_anchor``); the factors are unchanged (the base weights already hold A's share).
+
 D2 needs every hidden tile (pass 1); then one pass per tile does the rest. With CLIP every
 token's factors b are scaled, weight by weight, s2 = min(1, c / (|H| |D2|)) on D2 and
 s1 = min(1, c / (|k| |D1|)) on D1 (docs/memory.md, section 9): |H|^2 comes with pass 1 and
@@ -28,6 +32,7 @@ from ._tiles import (
     activation,
     clip_scale,
     device_function,
+    load_anchor_coefficients,
     load_chunk_coefficients,
     load_tile,
     store_tile,
@@ -58,13 +63,30 @@ def factor_tile(kn, delta2, b1_t, b2_t, ACT: tl.constexpr, PREC: tl.constexpr):
 
 
 @device_function
-def read_tile(qn, scores1, d1, w1_t, s1_t, rd, rm, ACT: tl.constexpr, PREC: tl.constexpr):
-    """Layer 1 read of one hidden tile: q W1, q S1, Hq = act(Zq), act'(Zq) ``[C, BT]``."""
+def read_tile(qn, scores1, d1, w1_t, s1_t, a1_t, rd, rm, ra, ACT: tl.constexpr,
+              PREC: tl.constexpr, ANCHOR: tl.constexpr):  # fmt: skip
+    """Layer 1 read of one hidden tile: q W1, q S1, q A1 (0 without ANCHOR), Hq = act(Zq),
+    act'(Zq) ``[C, BT]``."""
     qw = tl.dot(qn, w1_t, input_precision=PREC)
     qs = tl.dot(qn, s1_t, input_precision=PREC)
     zq = rd[:, None] * qw + rm[:, None] * qs - tl.dot(scores1, d1, input_precision=PREC)
+    qa = tl.zeros_like(qw)
+    if ANCHOR:
+        qa = tl.dot(qn, a1_t, input_precision=PREC)
+        zq += ra[:, None] * qa
     hq, dhq, _ = activation(zq, ACT)
-    return qw, qs, hq, dhq
+    return qw, qs, qa, hq, dhq
+
+
+@device_function
+def anchor_tiles(a1, a2, hid, dk, dv, DK, DH, DV, w1_t, w2_t, ANCHOR: tl.constexpr):
+    """Tiles of the decay target A1 ``[Dk, BT]`` and A2 ``[BT, Dv]``; without ANCHOR the
+    given weight tiles stand in (and are never used as A)."""
+    a1_t, a2_t = w1_t, w2_t
+    if ANCHOR:
+        a1_t = load_tile(a1, dk, hid, DK, DH, DH)
+        a2_t = load_tile(a2, hid, dv, DH, DV, DV)
+    return a1_t, a2_t
 
 
 @device_function
@@ -134,17 +156,18 @@ def mlp_forward_kernel(
     w1_0, s1_0, w2_0, s2_0, b1, b2,  # start state and chunk 0's base weights [G, ...]
     y, w1_st, s1_st, w2_st, s2_st,  # outputs: reads, state slots [G, slots, ...]
     clip,  # [1] the clip threshold c (read only with CLIP)
+    ra, ea, a1, a2,  # decay target: its coefficients [G, N, C], [G, N] and A1, A2 [G, ...]
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DH: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     ACT: tl.constexpr, RESIDUAL: tl.constexpr, SAVE: tl.constexpr, PREC: tl.constexpr,
-    CLIP: tl.constexpr,
+    CLIP: tl.constexpr, ANCHOR: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     slots = N + 1 if SAVE else 2  # every chunk-start state for the backward, or ping-pong
     nt = tl.cdiv(DH, BT)
     i, u, dk, dv = tl.arange(0, BC), tl.arange(0, BU), tl.arange(0, BK), tl.arange(0, BV)
     sz1, sz2 = DK * DH, DH * DV
-    b1, b2 = b1 + bh * sz1, b2 + bh * sz2
+    b1, b2, a1, a2 = b1 + bh * sz1, b2 + bh * sz2, a1 + bh * sz1, a2 + bh * sz2
     copy_state(w1_0 + bh * sz1, w1_st + bh * slots * sz1, DK, DH, nt, BK, BT, False)
     copy_state(s1_0 + bh * sz1, s1_st + bh * slots * sz1, DK, DH, nt, BK, BT, False)
     copy_state(w2_0 + bh * sz2, w2_st + bh * slots * sz2, DH, DV, nt, BT, BV, True)
@@ -162,6 +185,9 @@ def mlp_forward_kernel(
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
         end_keep, end_momentum, momentum_carry = scalars
+        read_anchor, end_anchor = read_keep, end_keep  # stand-ins, unused without ANCHOR
+        if ANCHOR:
+            read_anchor, end_anchor = load_anchor_coefficients(ra, ea, cn, C, BC)
         scores1 = read_grad * tl.dot(qn, tl.trans(kn), input_precision=PREC)
         delta2, h_sq = factor_delta(kn, vn, b1, b2, w1, w2, n, dk, dv, DK, DH, DV, nt,
                                     BU, BT, BV, ACT, RESIDUAL, PREC)  # fmt: skip
@@ -182,8 +208,9 @@ def mlp_forward_kernel(
             d1 = scale1[:, None] * d1  # W1's factor b
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
-            _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
-                                    ACT, PREC)  # fmt: skip
+            a1_t, a2_t = anchor_tiles(a1, a2, hid, dk, dv, DK, DH, DV, w1_t, w2_t, ANCHOR)
+            _, _, _, hq, _ = read_tile(qn, scores1, d1, w1_t, s1_t, a1_t, read_keep,
+                                       read_momentum, read_anchor, ACT, PREC, ANCHOR)  # fmt: skip
             out += read_keep[:, None] * tl.dot(hq, w2_t, input_precision=PREC)
             out += read_momentum[:, None] * tl.dot(hq, s2_t, input_precision=PREC)
             hh += tl.dot(hq, tl.trans(h), input_precision=PREC)
@@ -196,6 +223,10 @@ def mlp_forward_kernel(
             w2_n -= tl.dot(ht, end_grad[:, None] * delta2c, input_precision=PREC)
             s2_n = momentum_carry * s2_t
             s2_n -= tl.dot(ht, momentum_grad[:, None] * delta2c, input_precision=PREC)
+            if ANCHOR:  # the read and the chunk end gain (1 - beta) A (docs/memory.md, 10)
+                out += read_anchor[:, None] * tl.dot(hq, a2_t, input_precision=PREC)
+                w1_n += end_anchor * a1_t
+                w2_n += end_anchor * a2_t
             store_tile(w1_st + nxt * sz1, w1_n, dk, hid, DK, DH, DH)
             store_tile(s1_st + nxt * sz1, s1_n, dk, hid, DK, DH, DH)
             store_tile(w2_st + nxt * sz2, w2_n, hid, dv, DH, DV, DV)

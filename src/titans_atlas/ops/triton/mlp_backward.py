@@ -28,12 +28,14 @@ from ._tiles import (
     activation,
     clip_kappa,
     device_function,
+    load_anchor_coefficients,
     load_chunk_coefficients,
     load_tile,
     store_chunk_coefficient_grads,
+    store_row,
     store_tile,
 )
-from .mlp import base_tiles, clip_scales, copy_state, factor_tile, read_tile
+from .mlp import anchor_tiles, base_tiles, clip_scales, copy_state, factor_tile, read_tile
 
 
 @device_function
@@ -59,23 +61,31 @@ def _output_error(kn, vn, b1, b2, w1, w2, gw2, gs2, n, dk, dv, DK, DH, DV, NT,
 
 
 @device_function
-def _layer2_read(qn, kn, delta2, scale1, scores1, rd, rm, b1, b2, w1, s1, w2, s2, n, dk, dv,
-                 DK, DH, DV, NT, BC: tl.constexpr, BU: tl.constexpr, BT: tl.constexpr,
-                 BV: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
-    """Pass 2: Hq H^T ``[C, U]``, Hq W2 and Hq S2 ``[C, Dv]`` (W1's factor is s1 D1)."""
+def _layer2_read(qn, kn, delta2, scale1, scores1, rd, rm, ra, b1, b2, w1, s1, w2, s2, a1, a2,
+                 n, dk, dv, DK, DH, DV, NT, BC: tl.constexpr, BU: tl.constexpr,
+                 BT: tl.constexpr, BV: tl.constexpr, ACT: tl.constexpr, PREC: tl.constexpr,
+                 ANCHOR: tl.constexpr):  # fmt: skip
+    """Pass 2: Hq H^T ``[C, U]``, Hq W2, Hq S2 and Hq A2 (0 without ANCHOR) ``[C, Dv]``
+    (W1's factor is s1 D1)."""
     hh = tl.zeros([BC, BU], dtype=qn.dtype)
     hq_w2 = tl.zeros([BC, BV], dtype=qn.dtype)
     hq_s2 = tl.zeros([BC, BV], dtype=qn.dtype)
+    hq_a2 = tl.zeros([BC, BV], dtype=qn.dtype)
     for t in range(NT):
         hid = t * BT + tl.arange(0, BT)
         b1_t, b2_t = base_tiles(b1, b2, w1, w2, n, hid, dk, dv, DK, DH, DV)
         _, h, _, _, _, d1 = factor_tile(kn, delta2, b1_t, b2_t, ACT, PREC)
         w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
-        _, _, hq, _ = read_tile(qn, scores1, scale1[:, None] * d1, w1_t, s1_t, rd, rm, ACT, PREC)
+        w2_t = load_tile(w2, hid, dv, DH, DV, DV)
+        a1_t, a2_t = anchor_tiles(a1, a2, hid, dk, dv, DK, DH, DV, w1_t, w2_t, ANCHOR)
+        _, _, _, hq, _ = read_tile(qn, scores1, scale1[:, None] * d1, w1_t, s1_t, a1_t, rd, rm,
+                                   ra, ACT, PREC, ANCHOR)  # fmt: skip
         hh += tl.dot(hq, tl.trans(h), input_precision=PREC)
-        hq_w2 += tl.dot(hq, load_tile(w2, hid, dv, DH, DV, DV), input_precision=PREC)
+        hq_w2 += tl.dot(hq, w2_t, input_precision=PREC)
         hq_s2 += tl.dot(hq, load_tile(s2, hid, dv, DH, DV, DV), input_precision=PREC)
-    return hh, hq_w2, hq_s2
+        if ANCHOR:
+            hq_a2 += tl.dot(hq, a2_t, input_precision=PREC)
+    return hh, hq_w2, hq_s2, hq_a2
 
 
 @device_function
@@ -123,9 +133,12 @@ def mlp_backward_kernel(
     gw1_st, gs1_st, gw2_st, gs2_st, gb1, gb2,  # state gradient slots [G, 2, ...], base grads
     scratch_z, scratch_p,  # [G, BU, DHP] per-program scratch between passes 3 and 4
     clip,  # [1] the clip threshold c (read only with CLIP)
+    ra, ea, a1, a2,  # decay target (ANCHOR): coefficients [G, N, C], [G, N]; A1, A2 [G, ...]
+    gra, gea, ga1, ga2,  # their gradients (ga1, ga2 zeroed by the caller: summed over chunks)
     N, C: tl.constexpr, U: tl.constexpr, DK: tl.constexpr, DH: tl.constexpr, DV: tl.constexpr,
     BC: tl.constexpr, BU: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     ACT: tl.constexpr, RESIDUAL: tl.constexpr, PREC: tl.constexpr, CLIP: tl.constexpr,
+    ANCHOR: tl.constexpr,
 ):  # fmt: skip
     bh = tl.program_id(0).to(tl.int64)
     nt = tl.cdiv(DH, BT)
@@ -134,6 +147,7 @@ def mlp_backward_kernel(
     sz1, sz2 = DK * DH, DH * DV
     b1, b2, gb1, gb2 = b1 + bh * sz1, b2 + bh * sz2, gb1 + bh * sz1, gb2 + bh * sz2
     gw1_last, gw2_last = gw1_last + bh * sz1, gw2_last + bh * sz2
+    a1, a2, ga1, ga2 = a1 + bh * sz1, a2 + bh * sz2, ga1 + bh * sz1, ga2 + bh * sz2
     scratch_z, scratch_p = scratch_z + bh * BU * dhp, scratch_p + bh * BU * dhp
     end = bh * 2 + N % 2  # the slot chunk N - 1 reads its end-state gradient from
     copy_state(gw1_end + bh * sz1, gw1_st + end * sz1, DK, DH, nt, BK, BT, False)
@@ -158,6 +172,9 @@ def mlp_backward_kernel(
             load_chunk_coefficients(rd, rm, rg, ed, em, eg, md, mg, cn, C, U, BC, BU)
         )
         end_keep, end_momentum, momentum_carry = scalars
+        read_anchor, end_anchor = read_keep, end_keep  # stand-ins, unused without ANCHOR
+        if ANCHOR:
+            read_anchor, end_anchor = load_anchor_coefficients(ra, ea, cn, C, BC)
         qk = tl.dot(qn, tl.trans(kn), input_precision=PREC)
         scores1 = read_grad * qk
         delta2, h_gw2, h_gs2, h_sq = _output_error(
@@ -175,9 +192,10 @@ def mlp_backward_kernel(
         g_delta2c = -end_grad[:, None] * h_gw2 - momentum_grad[:, None] * h_gs2
         g_eg = -tl.sum(h_gw2 * delta2c, axis=1)
         g_mg = -tl.sum(h_gs2 * delta2c, axis=1)
-        hh, hq_w2, hq_s2 = _layer2_read(qn, kn, delta2, scale1, scores1, read_keep,
-                                        read_momentum, b1, b2, w1, s1, w2, s2, n, dk, dv,
-                                        DK, DH, DV, nt, BC, BU, BT, BV, ACT, PREC)  # fmt: skip
+        hh, hq_w2, hq_s2, hq_a2 = _layer2_read(
+            qn, kn, delta2, scale1, scores1, read_keep, read_momentum, read_anchor, b1, b2, w1,
+            s1, w2, s2, a1, a2, n, dk, dv, DK, DH, DV, nt, BC, BU, BT, BV, ACT, PREC, ANCHOR,
+        )  # fmt: skip
         g_scores2 = -tl.dot(g_out, tl.trans(delta2c), input_precision=PREC)  # [C, U]
         g_rg = g_scores2 * hh
         g_hh = g_scores2 * read_grad
@@ -187,6 +205,8 @@ def mlp_backward_kernel(
         g_dot_d1 = tl.zeros([BU], dtype=qn.dtype)  # gD1c . D1 over all tiles (clip term)
         g_rd = tl.sum(g_out * hq_w2, axis=1)
         g_rm = tl.sum(g_out * hq_s2, axis=1)
+        g_ra = tl.sum(g_out * hq_a2, axis=1)
+        g_ea = tl.zeros([BT], dtype=qn.dtype)  # per hidden unit, as g_ed
         g_q = tl.zeros([BC, BK], dtype=qn.dtype)
         if RESIDUAL:
             g_q += g_out
@@ -203,8 +223,11 @@ def mlp_backward_kernel(
             d1 = scale1[:, None] * d1_raw  # W1's factor b; g_d1 below is its gradient
             w1_t, s1_t = load_tile(w1, dk, hid, DK, DH, DH), load_tile(s1, dk, hid, DK, DH, DH)
             w2_t, s2_t = load_tile(w2, hid, dv, DH, DV, DV), load_tile(s2, hid, dv, DH, DV, DV)
-            qw, qs, hq, dhq = read_tile(qn, scores1, d1, w1_t, s1_t, read_keep, read_momentum,
-                                        ACT, PREC)  # fmt: skip
+            a1_t, a2_t = anchor_tiles(a1, a2, hid, dk, dv, DK, DH, DV, w1_t, w2_t, ANCHOR)
+            qw, qs, qa, hq, dhq = read_tile(
+                qn, scores1, d1, w1_t, s1_t, a1_t, read_keep, read_momentum, read_anchor,
+                ACT, PREC, ANCHOR,
+            )  # fmt: skip
             gi_w1_t = load_tile(gi_w1, dk, hid, DK, DH, DH)
             gi_s1_t = load_tile(gi_s1, dk, hid, DK, DH, DH)
             gi_w2_t = load_tile(gi_w2, hid, dv, DH, DV, DV)
@@ -213,6 +236,8 @@ def mlp_backward_kernel(
             g_hq = read_keep[:, None] * tl.dot(g_out, tl.trans(w2_t), input_precision=PREC)
             g_hq += read_momentum[:, None] * tl.dot(g_out, tl.trans(s2_t), input_precision=PREC)
             g_hq += tl.dot(g_hh, h, input_precision=PREC)
+            if ANCHOR:
+                g_hq += read_anchor[:, None] * tl.dot(g_out, tl.trans(a2_t), input_precision=PREC)
             g_zq = g_hq * dhq
             g_rd += tl.sum(g_zq * qw, axis=1)
             g_rm += tl.sum(g_zq * qs, axis=1)
@@ -257,6 +282,16 @@ def mlp_backward_kernel(
             g_ed += tl.sum(gi_w1_t * w1_t, axis=0) + tl.sum(gi_w2_t * w2_t, axis=1)
             g_em += tl.sum(gi_w1_t * s1_t, axis=0) + tl.sum(gi_w2_t * s2_t, axis=1)
             g_md += tl.sum(gi_s1_t * s1_t, axis=0) + tl.sum(gi_s2_t * s2_t, axis=1)
+            if ANCHOR:  # reads ra (q A1), ra (Hq A2) and chunk ends ea A: A's share
+                g_ra += tl.sum(g_zq * qa, axis=1)
+                g_q += read_anchor[:, None] * tl.dot(g_zq, tl.trans(a1_t), input_precision=PREC)
+                g_ea += tl.sum(gi_w1_t * a1_t, axis=0) + tl.sum(gi_w2_t * a2_t, axis=1)
+                g_a1 = load_tile(ga1, dk, hid, DK, DH, DH) + end_anchor * gi_w1_t
+                g_a1 += tl.dot(tl.trans(qn), read_anchor[:, None] * g_zq, input_precision=PREC)
+                g_a2 = load_tile(ga2, hid, dv, DH, DV, DV) + end_anchor * gi_w2_t
+                g_a2 += tl.dot(tl.trans(hq), read_anchor[:, None] * g_out, input_precision=PREC)
+                store_tile(ga1, g_a1, dk, hid, DK, DH, DH)
+                store_tile(ga2, g_a2, hid, dv, DH, DV, DV)
         g_rg += g_scores1 * qk
         g_qk = g_scores1 * read_grad
         g_q += tl.dot(g_qk, kn, input_precision=PREC)
@@ -283,4 +318,7 @@ def mlp_backward_kernel(
             grd, grm, grg, ged, gem, geg, gmd, gmg, cn, C, U, g_rd, g_rm, g_rg,
             tl.sum(g_ed), tl.sum(g_em), g_eg, tl.sum(g_md), g_mg, BC, BU,
         )  # fmt: skip
+        if ANCHOR:
+            store_row(gra + cn * C, g_ra, i, C)
+            tl.store(gea + cn, tl.sum(g_ea))
         tl.debug_barrier()  # chunk n - 1 reads this chunk's start-state gradient slot

@@ -62,13 +62,14 @@ def check_supported(
         )
 
 
-def _flat_coefficients(coef: MomentumCoefficients) -> list[torch.Tensor]:
+def _flat_coefficients(coef: MomentumCoefficients, anchored: bool) -> list[torch.Tensor]:
     """The 8 coefficient fields ``[B, H, N, ...]`` -> contiguous ``[B*H, N, ...]``, in the
-    kernels' order."""
+    kernels' order, then (``anchored``: with a decay target) ``read_anchor``, ``end_anchor``."""
     fields = (
         coef.read_keep, coef.read_momentum, coef.read_grad, coef.end_keep,
         coef.end_momentum, coef.end_grad, coef.momentum_carry, coef.momentum_grad,
     )  # fmt: skip
+    fields += (coef.read_anchor, coef.end_anchor) if anchored else ()
     return [x.reshape(-1, *x.shape[2:]).contiguous() for x in fields]
 
 
@@ -77,25 +78,46 @@ def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
     return [tensors[name].reshape(-1, *tensors[name].shape[2:]).contiguous() for name in names]
 
 
-def _fused_loop(memory, grids, coefs, state, precision, clip):
+def _fused_loop(memory, grids, coefs, state, target, precision, clip):
     """Run the fused kernels; return y ``[B*H, N, C, Dv]``, the end weights and momentum, and
-    the start weights of the last chunk (lists in ``weight_shapes`` order, ``[B*H, ...]``)."""
+    the start weights of the last chunk (lists in ``weight_shapes`` order, ``[B*H, ...]``).
+    ``coefs``: the flat coefficients (10 with a target, else 8); ``target``: the decay
+    target ``{name: [B, H, ...]}`` or None."""
     names = list(memory.weight_shapes())
     weights = _flat_state(state.weights, names)
     momentum = _flat_state(state.momentum, names)
     base = _flat_state(state.chunk_base(), names)
-    tensors = [*grids, *coefs, *weights, *momentum, *base]
+    anchor = None if target is None else _flat_state(target, names)
+    tensors = [*grids, *coefs, *weights, *momentum, *base, *(anchor or [])]
     save = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     if isinstance(memory, LinearMemory):
-        y, w, s, last = LinearScan.apply(
-            (precision, save, clip), *grids, *coefs, weights[0], momentum[0], base[0]
+        return _linear_loop(
+            grids, coefs[:8], weights[0], momentum[0], base[0], anchor, (precision, save, clip)
         )
-        return y, [w], [s], [last]
     options = (precision, ACTIVATION_CODES[memory.activation], memory.residual, save, clip)
+    target_args = [None] * 4 if anchor is None else [*coefs[8:], *anchor]
     y, w1, s1, w2, s2, last1, last2 = MLPScan.apply(
-        options, *grids, *coefs, weights[0], momentum[0], weights[1], momentum[1], *base
-    )
+        options, *grids, *coefs[:8], weights[0], momentum[0], weights[1], momentum[1], *base,
+        *target_args,
+    )  # fmt: skip
     return y, [w1, w2], [s1, s2], [last1, last2]
+
+
+def _linear_loop(grids, coefs, weights, momentum, base, anchor, options):
+    """The linear memory's kernel. A decay target A needs no kernel of its own: the
+    recurrence is then the zero-target one on W - A with values v - k A, read as
+    q (W - A) + q A (docs/memory.md, section 10), exactly; A's gradient comes from autograd
+    through these few batched products."""
+    q, k, v = grids  # [G, N, C, Dk], [G, N, U, Dk], [G, N, U, Dv]
+    if anchor is not None:
+        (target,) = anchor  # [G, Dk, Dv]
+        v = v - torch.einsum("gnuk,gkv->gnuv", k, target)
+        weights, base = weights - target, base - target
+    y, w, s, last = LinearScan.apply(options, q, k, v, *coefs, weights, momentum, base)
+    if anchor is not None:
+        y = y + torch.einsum("gnck,gkv->gncv", q, target)
+        w, last = w + target, last + target
+    return y, [w], [s], [last]
 
 
 def _chunk_grids(q, k, v, state: MemoryState, left: int, right: int, size: int) -> list:
@@ -136,11 +158,6 @@ def memory_scan_triton(
     """
     dtype = next(iter(state.weights.values())).dtype
     check_supported(memory, options, q.device, dtype)
-    if gates.decay_to is not None:
-        raise ValueError(
-            "impl='triton' decays toward zero only, got decay_to (use impl='chunk'; docs/gpu.md)"
-        )
-
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
@@ -151,10 +168,12 @@ def memory_scan_triton(
     right = num_chunks * size - left - length
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
     grid_gates = _grid_gates(gates, state.position, left, right, size)
-    coefs = _flat_coefficients(momentum_coefficients(grid_gates, options.read))
+    coefs = _flat_coefficients(
+        momentum_coefficients(grid_gates, options.read), gates.decay_to is not None
+    )
     grids = _chunk_grids(q, k, v, state, left, right, size)
     y, weights, moms, last_start = _fused_loop(
-        memory, grids, coefs, state, precision, options.max_grad_norm
+        memory, grids, coefs, state, gates.decay_to, precision, options.max_grad_norm
     )
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
 
