@@ -118,7 +118,7 @@ class MLPScan(torch.autograd.Function):
     ):
         precision, act, residual, save, clip = options
         anchor = target[0] is not None
-        target = target if anchor else (rd, ed, w1, w2)  # stand-in pointers, never read
+        target = target if anchor else (rd, ed, b1, b2)  # stand-ins (saved anyway), never read
         groups, chunks = q.shape[:2]
         slots = chunks + 1 if save else 2
         states = [x.new_empty(groups, slots, *x.shape[1:]) for x in (w1, s1, w2, s2)]
