@@ -23,25 +23,13 @@ import torch
 import torch.nn.functional as F
 
 from ..validation import check_choice, check_int, check_number
+from .activations import activation, activation_with_slope
 from .state import MemoryState, TensorDict
 
 Linear = Callable[[str, torch.Tensor], torch.Tensor]
 Factors = dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 ACTIVATIONS = ("gelu", "silu")
-
-
-def _activation(name: str, z: torch.Tensor) -> torch.Tensor:
-    return F.gelu(z) if name == "gelu" else F.silu(z)
-
-
-def _activation_derivative(name: str, z: torch.Tensor) -> torch.Tensor:
-    if name == "gelu":  # d/dz [z * Phi(z)] = Phi(z) + z * phi(z)
-        cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
-        pdf = torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
-        return cdf + z * pdf
-    sig = torch.sigmoid(z)  # d/dz [z * s(z)] = s + z s (1 - s)
-    return sig * (1.0 + z * (1.0 - sig))
 
 
 def _transpose(weight: torch.Tensor) -> torch.Tensor:
@@ -197,21 +185,20 @@ class MLPMemory(MemoryModel):
         for i in range(1, self.depth + 1):
             h = linear(f"w{i}", h)
             if i < self.depth:
-                h = _activation(self.activation, h)
+                h = activation(self.activation, h)
         return h + x if self.residual else h
 
     def grad_factors(self, weights: TensorDict, k: torch.Tensor, v: torch.Tensor) -> Factors:
-        inputs, pre_acts = [k], []  # inputs[i] feeds w{i+1}; pre_acts[i] = inputs[i] @ w{i+1}
+        inputs, slopes = [k], []  # inputs[i] feeds w{i+1}; slopes[i] = act'(inputs[i] @ w{i+1})
         for i in range(1, self.depth):
-            pre_acts.append(inputs[-1] @ weights[f"w{i}"])
-            inputs.append(_activation(self.activation, pre_acts[-1]))
+            hidden, slope = activation_with_slope(self.activation, inputs[-1] @ weights[f"w{i}"])
+            inputs.append(hidden)
+            slopes.append(slope)
         out = inputs[-1] @ weights[f"w{self.depth}"]
         delta = out + k - v if self.residual else out - v  # d loss / d out
         factors = {f"w{self.depth}": (inputs[-1], delta)}
         for i in range(self.depth - 1, 0, -1):
-            delta = (delta @ _transpose(weights[f"w{i + 1}"])) * _activation_derivative(
-                self.activation, pre_acts[i - 1]
-            )
+            delta = (delta @ _transpose(weights[f"w{i + 1}"])) * slopes[i - 1]
             factors[f"w{i}"] = (inputs[i - 1], delta)
         return factors
 
@@ -243,14 +230,14 @@ class GatedMLPMemory(MemoryModel):
         return out + x if self.residual else out
 
     def grad_factors(self, weights: TensorDict, k: torch.Tensor, v: torch.Tensor) -> Factors:
-        gate, up = k @ weights["gate"], k @ weights["up"]
-        gate_act = F.silu(gate)
+        up = k @ weights["up"]
+        gate_act, gate_slope = activation_with_slope("silu", k @ weights["gate"])
         hidden = gate_act * up
         out = hidden @ weights["down"]
         delta = out + k - v if self.residual else out - v
         d_hidden = delta @ _transpose(weights["down"])
         return {
-            "gate": (k, d_hidden * up * _activation_derivative("silu", gate)),
+            "gate": (k, d_hidden * up * gate_slope),
             "up": (k, d_hidden * gate_act),
             "down": (hidden, delta),
         }
