@@ -1,8 +1,10 @@
-"""Shared test helpers: random memory inputs, running a scan, comparing results."""
+"""Shared test helpers: random memory inputs, running a scan, comparing results; a small
+bAbI story on disk."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -158,3 +160,22 @@ def setup_case(memory_id, length, window=1, batch=2, heads=2):
 
 def slice_inputs(inputs, start, stop):
     return {n: None if x is None else x[:, start:stop] for n, x in inputs.items()}
+
+
+# bAbI qa1 in its file format: two stories, three questions (the second story starts at 1).
+BABI_STORY = """1 Mary moved to the bathroom.
+2 John went to the hallway.
+3 Where is Mary? \tbathroom\t1
+4 Daniel went back to the hallway.
+5 Sandra moved to the garden.
+6 Where is Daniel? \thallway\t4
+1 John travelled to the office.
+2 Where is John? \toffice\t1
+"""
+
+
+def write_babi_qa1(folder: Path, **splits: str) -> Path:
+    """Write bAbI qa1 files into ``folder``, one per split (``test=BABI_STORY``, ...)."""
+    for split, text in splits.items():
+        (folder / f"qa1_single-supporting-fact_{split}.txt").write_text(text)
+    return folder

@@ -8,6 +8,7 @@ import random
 import pytest
 from eval_data import BABI, BOOKS, one_book
 
+from helpers import BABI_STORY, write_babi_qa1
 from titans_atlas import create_model
 from titans_atlas.eval import EvalSettings, run_task
 from titans_atlas.eval.babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
@@ -15,22 +16,12 @@ from titans_atlas.eval.babilong import answer, format_prompt, load_babilong
 from titans_atlas.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
-STORY = """1 Mary moved to the bathroom.
-2 John went to the hallway.
-3 Where is Mary? \tbathroom\t1
-4 Daniel went back to the hallway.
-5 Sandra moved to the garden.
-6 Where is Daniel? \thallway\t4
-1 John travelled to the office.
-2 Where is John? \toffice\t1
-"""
 NOISE = tuple(f"Sentence number {i} of the long and winding book text." for i in range(200))
 
 
 @pytest.fixture
 def babi_dir(tmp_path):
-    (tmp_path / "qa1_single-supporting-fact_test.txt").write_text(STORY)
-    return tmp_path
+    return write_babi_qa1(tmp_path, test=BABI_STORY)
 
 
 def test_parse_babi_makes_one_sample_per_question_without_earlier_questions(babi_dir):

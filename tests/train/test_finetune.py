@@ -5,21 +5,13 @@ import pytest
 import torch
 from train_helpers import debug_config
 
+from helpers import BABI_STORY, write_babi_qa1
 from titans_atlas.eval.babilong import format_prompt
 from titans_atlas.eval.metrics import babilong_labels
 from titans_atlas.tokenizer import ByteTokenizer
 from titans_atlas.train import Trainer, build_config, make_task
 from titans_atlas.train.pipeline import build_pipeline
 
-STORY = """1 Mary moved to the bathroom.
-2 John went to the hallway.
-3 Where is Mary? \tbathroom\t1
-4 Daniel went back to the hallway.
-5 Sandra moved to the garden.
-6 Where is Daniel? \thallway\t4
-1 John travelled to the office.
-2 Where is John? \toffice\t1
-"""
 TEST_STORY = """1 Sandra journeyed to the kitchen.
 2 Where is Sandra? \tkitchen\t1
 """
@@ -29,8 +21,7 @@ BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i 
 @pytest.fixture
 def task_args(tmp_path):
     pytest.importorskip("nltk")  # the books are cut into sentences with Punkt
-    (tmp_path / "qa1_single-supporting-fact_train.txt").write_text(STORY)
-    (tmp_path / "qa1_single-supporting-fact_test.txt").write_text(TEST_STORY)
+    write_babi_qa1(tmp_path, train=BABI_STORY, test=TEST_STORY)
     (tmp_path / "books").mkdir()
     (tmp_path / "books" / "book.txt").write_text(BOOK)
     return {"babi_dir": str(tmp_path), "haystack_dir": str(tmp_path / "books")}

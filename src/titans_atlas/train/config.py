@@ -3,19 +3,19 @@ and ``key=value`` overrides checked against the fields.
 
 Settings are applied in order: a preset (``RUN_PRESETS``), then an optional TOML or JSON file
 (the same nesting as ``RunConfig.to_dict()``), then ``--set section.field=value`` overrides.
-A key that is not a field is a ValueError naming it and the closest valid names.
+A key that is not a field is a ValueError naming it and the closest valid names
+(``config_overrides.py`` holds the parsing and checking of keys and values).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from ..models.backbone import MODELS, model_config
 from ..models.config import ModelConfig
+from .config_overrides import apply_nested, read_config_file, set_value, suggest
 from .presets import RUN_PRESETS
 
 STRATEGIES = ("auto", "none", "ddp", "fsdp")
@@ -168,110 +168,6 @@ RESUMABLE = {"train." + n for n in (
 )}  # fmt: skip
 
 
-def _suggest(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
-    return f"; did you mean {' / '.join(close)}?" if close else f"; valid: {', '.join(valid)}"
-
-
-def _model_fields() -> list[str]:
-    from ..layers.neural_memory import MemoryConfig
-
-    return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
-
-
-def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
-    """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``, or
-    ``data.task_args.<argument>``: one argument, the others kept) set."""
-    section, _, name = key.partition(".")
-    sections = [f.name for f in fields(RunConfig)]
-    if section not in sections or not name:
-        raise ValueError(f"unknown setting {key!r}: use section.field{_suggest(section, sections)}")
-    part = getattr(config, section)
-    if section == "model" and name not in ("name", "preset", "overrides"):
-        valid = _model_fields()
-        if name.removeprefix("memory.") not in valid:
-            raise ValueError(f"unknown model setting {name!r}{_suggest(name, valid)}")
-        value = _parse(value) if isinstance(value, str) else value  # the model checks types
-        part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
-    elif name.startswith("task_args.") and section == "data":  # one task argument
-        argument = name.removeprefix("task_args.")
-        value = _parse(value) if isinstance(value, str) else value
-        part = replace(part, task_args={**part.task_args, argument: value})
-    else:
-        valid = [f.name for f in fields(part)]
-        if name not in valid:
-            raise ValueError(f"unknown setting {key!r}{_suggest(name, valid)}")
-        optional = "None" in str(next(f.type for f in fields(part) if f.name == name))
-        if optional and value == "null":  # an optional text field set back to None
-            value = None
-        part = replace(part, **{name: _coerce(getattr(part, name), value, key)})
-    return replace(config, **{section: part})
-
-
-def _parse(value: str) -> Any:
-    """A command-line value as JSON (numbers, true/false, null, lists), else the string."""
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
-
-
-def _coerce(current: Any, value: Any, key: str) -> Any:
-    """Strings from the command line -> the type of the field's current value."""
-    if not isinstance(value, str) or isinstance(current, str):
-        return value
-    parsed = _parse(value)
-    if isinstance(current, bool) and not isinstance(parsed, bool):
-        raise ValueError(f"{key} takes true or false, got {value!r}")
-    if isinstance(current, float) and isinstance(parsed, int) and not isinstance(parsed, bool):
-        parsed = float(parsed)
-    if current is not None and not isinstance(parsed, type(current)):
-        raise ValueError(f"{key} takes a {type(current).__name__}, got {value!r}")
-    return parsed
-
-
-def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
-    """Apply a nested dict (a config file, or ``to_dict()`` output) field by field."""
-    if not isinstance(data, dict):
-        raise ValueError(f"a run config must be a table of sections, got {type(data).__name__}")
-    for section, values in data.items():
-        if section == "model" and isinstance(values, dict):
-            for name in ("name", "preset"):
-                if name in values:
-                    config = set_value(config, f"model.{name}", values[name])
-            for name, value in {**values.get("overrides", {}), **_flat_model(values)}.items():
-                config = set_value(config, f"model.{name}", value)
-        elif isinstance(values, dict):
-            for name, value in values.items():
-                config = set_value(config, f"{section}.{name}", value)
-        else:
-            config = set_value(config, section, values)  # raises: a section must be a table
-    return config
-
-
-def _flat_model(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k not in ("name", "preset", "overrides")}
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """A TOML (``.toml``) or JSON file as a nested dict; ValueError naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ValueError(f"cannot read config file {path}: {err}") from err
-    try:
-        if path.suffix == ".toml":
-            try:
-                import tomllib
-            except ImportError:  # Python 3.10
-                import tomli as tomllib
-            return tomllib.loads(text)
-        return json.loads(text)
-    except ValueError as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"{path} is not a valid config file: {err}") from err
-
-
 def build_config(
     preset: str = "quickstart",
     config_file: str | Path | None = None,
@@ -279,7 +175,7 @@ def build_config(
 ) -> RunConfig:
     """Preset -> config file -> overrides (``["train.steps=100", ...]`` or a dict)."""
     if preset not in RUN_PRESETS:
-        raise ValueError(f"unknown preset {preset!r}{_suggest(preset, sorted(RUN_PRESETS))}")
+        raise ValueError(f"unknown preset {preset!r}{suggest(preset, sorted(RUN_PRESETS))}")
     config = apply_nested(RunConfig(), RUN_PRESETS[preset])
     if config_file is not None:
         config = apply_nested(config, read_config_file(config_file))

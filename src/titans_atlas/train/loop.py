@@ -14,7 +14,6 @@ agree on the reported loss, evaluation, non-finite stops and signals.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,15 @@ from .checkpoint import (
     verify_checkpoint,
 )
 from .config import RunConfig, resume_differences
+from .diagnostics import (
+    NonFiniteError,
+    check_finite,
+    eval_line,
+    memory_stats,
+    non_finite_forward,
+)
 from .dist_checkpoint import load_training_state, save_sharded
-from .distributed import Parallel, initial_weight_parameters, local_tensor, setup_parallel
+from .distributed import Parallel, initial_weight_parameters, setup_parallel
 from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
@@ -41,15 +47,11 @@ from .runtime import (
     SignalFlag,
     autocast_context,
     enable_activation_checkpointing,
-    memory_layers,
-    memory_state_norms,
     pick_device,
 )
 from .stream import check_stream_alignment, reset_rows
 
-
-class NonFiniteError(RuntimeError):
-    """A loss or gradient went inf / NaN; the message names the step and the parameters."""
+__all__ = ["NonFiniteError", "TrainResult", "Trainer", "train"]
 
 
 @dataclass
@@ -151,7 +153,7 @@ class Trainer:
             counts.append(float(scored))
             tokens += inputs.numel()
         loss = self._mean_loss(sums, counts)
-        self._check_finite(loss)
+        check_finite(self.model, self.parallel, self.step + 1, loss)
         if self.stream and not self.parallel.any(fresh):
             for param in initial_weight_parameters(self.model):
                 param.grad = None  # no stream started: as one process, no gradient
@@ -177,33 +179,7 @@ class Trainer:
         except ValueError as err:  # the memory refuses non-finite inputs: say where and why
             if "NaN or inf" not in str(err):
                 raise
-            norms = [round(n, 2) for n in memory_state_norms(self.carried)]
-            raise NonFiniteError(
-                f"step {self.step + 1}: the forward pass went non-finite ({err}); memory state "
-                f"norms carried into the step: {norms or 'none (fresh state)'}; non-finite "
-                f"parameters: {self._non_finite_parameters()[0] or 'none'}"
-            ) from err
-
-    def _non_finite_parameters(self) -> tuple[list[str], list[str]]:
-        """Names of parameters / gradients with inf or NaN (this rank's shard under FSDP2)."""
-        bad_params, bad_grads = [], []
-        for name, param in self.model.named_parameters():
-            if not torch.isfinite(local_tensor(param)).all():
-                bad_params.append(name)
-            if param.grad is not None and not torch.isfinite(local_tensor(param.grad)).all():
-                bad_grads.append(name)
-        return bad_params, bad_grads
-
-    def _check_finite(self, loss: float) -> None:
-        bad_params, bad_grads = self._non_finite_parameters()
-        if self.parallel.any(bool(bad_params or bad_grads) or not math.isfinite(loss)):
-            where = "" if self.world_size == 1 else f" (names from rank {self.rank})"
-            raise NonFiniteError(
-                f"step {self.step + 1}: loss {loss}; "
-                f"non-finite parameters{where}: {bad_params or 'none'}; "
-                f"non-finite gradients: {bad_grads or 'none'}. Stopped before the optimizer "
-                "step: no checkpoint holds these values."
-            )
+            raise non_finite_forward(err, self.model, self.carried, self.step + 1) from err
 
     # -- evaluation and checkpoints -----------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -283,7 +259,7 @@ class Trainer:
             if gates.active:
                 elapsed = time.perf_counter() - tick
                 entry = {"step": self.step, **metrics, "tokens_per_s": tokens / elapsed}
-                entry["memory"] = self._memory_stats(gates.collect())
+                entry["memory"] = memory_stats(self.model, self.last_state, gates.collect())
                 log.record(entry)
                 tick, tokens = time.perf_counter(), 0
             log.progress(1, entry)
@@ -291,7 +267,7 @@ class Trainer:
             if _due(self.step, loop.eval_every) or self.step == loop.steps:
                 evaluated = result.eval = self.evaluate()
                 log.record({"step": self.step, **evaluated})
-                log.say(_eval_line(self.step, evaluated))
+                log.say(eval_line(self.step, evaluated))
             stopping = self.parallel.agree_signal(stop.signal)
             if _due(self.step, loop.checkpoint_every) or self.step == loop.steps or stopping:
                 result.checkpoint = self.save(evaluated["val_loss"] if evaluated else None)
@@ -301,28 +277,10 @@ class Trainer:
                 break
         result.step = self.step
 
-    def _memory_stats(self, gates: list[dict[str, float]]) -> list[dict[str, float]]:
-        norms = memory_state_norms(self.last_state)
-        stats = []
-        for i, _ in enumerate(memory_layers(self.model)):
-            entry = dict(gates[i]) if i < len(gates) else {}
-            if i < len(norms):
-                entry["state_norm"] = norms[i]
-            stats.append(entry)
-        return stats
-
 
 def _due(step: int, every: int) -> bool:
     """Whether a periodic action (``every`` steps; 0: never periodically) falls on ``step``."""
     return every > 0 and step % every == 0
-
-
-def _eval_line(step: int, result: dict[str, float]) -> str:
-    parts = [f"eval @ step {step}: loss {result['val_loss']:.4f}"]
-    if "val_bpb" in result:
-        parts.append(f"bits/byte {result['val_bpb']:.4f}")
-    parts.append(f"accuracy {result['val_accuracy']:.3f}")
-    return ", ".join(parts)
 
 
 def train(

@@ -1,0 +1,121 @@
+"""Applying settings to a ``RunConfig``: ``section.field=value`` overrides and nested dicts
+from config files, each key checked against the dataclass fields. Kept apart from the
+dataclasses in ``config.py`` so that file stays a readable list of settings."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..models.config import ModelConfig
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+
+def suggest(key: str, valid: list[str]) -> str:
+    """The tail of an unknown-name error: the closest valid names, else all of them."""
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    return f"; did you mean {' / '.join(close)}?" if close else f"; valid: {', '.join(valid)}"
+
+
+def _model_fields() -> list[str]:
+    from ..layers.neural_memory import MemoryConfig
+
+    return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
+
+
+def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
+    """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``, or
+    ``data.task_args.<argument>``: one argument, the others kept) set."""
+    section, _, name = key.partition(".")
+    sections = [f.name for f in fields(config)]
+    if section not in sections or not name:
+        raise ValueError(f"unknown setting {key!r}: use section.field{suggest(section, sections)}")
+    part = getattr(config, section)
+    if section == "model" and name not in ("name", "preset", "overrides"):
+        valid = _model_fields()
+        if name.removeprefix("memory.") not in valid:
+            raise ValueError(f"unknown model setting {name!r}{suggest(name, valid)}")
+        value = _parse(value) if isinstance(value, str) else value  # the model checks types
+        part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
+    elif name.startswith("task_args.") and section == "data":  # one task argument
+        argument = name.removeprefix("task_args.")
+        value = _parse(value) if isinstance(value, str) else value
+        part = replace(part, task_args={**part.task_args, argument: value})
+    else:
+        valid = [f.name for f in fields(part)]
+        if name not in valid:
+            raise ValueError(f"unknown setting {key!r}{suggest(name, valid)}")
+        optional = "None" in str(next(f.type for f in fields(part) if f.name == name))
+        if optional and value == "null":  # an optional text field set back to None
+            value = None
+        part = replace(part, **{name: _coerce(getattr(part, name), value, key)})
+    return replace(config, **{section: part})
+
+
+def _parse(value: str) -> Any:
+    """A command-line value as JSON (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _coerce(current: Any, value: Any, key: str) -> Any:
+    """Strings from the command line -> the type of the field's current value."""
+    if not isinstance(value, str) or isinstance(current, str):
+        return value
+    parsed = _parse(value)
+    if isinstance(current, bool) and not isinstance(parsed, bool):
+        raise ValueError(f"{key} takes true or false, got {value!r}")
+    if isinstance(current, float) and isinstance(parsed, int) and not isinstance(parsed, bool):
+        parsed = float(parsed)
+    if current is not None and not isinstance(parsed, type(current)):
+        raise ValueError(f"{key} takes a {type(current).__name__}, got {value!r}")
+    return parsed
+
+
+def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
+    """Apply a nested dict (a config file, or ``to_dict()`` output) field by field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a run config must be a table of sections, got {type(data).__name__}")
+    for section, values in data.items():
+        if section == "model" and isinstance(values, dict):
+            for name in ("name", "preset"):
+                if name in values:
+                    config = set_value(config, f"model.{name}", values[name])
+            for name, value in {**values.get("overrides", {}), **_flat_model(values)}.items():
+                config = set_value(config, f"model.{name}", value)
+        elif isinstance(values, dict):
+            for name, value in values.items():
+                config = set_value(config, f"{section}.{name}", value)
+        else:
+            config = set_value(config, section, values)  # raises: a section must be a table
+    return config
+
+
+def _flat_model(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in ("name", "preset", "overrides")}
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A TOML (``.toml``) or JSON file as a nested dict; ValueError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ValueError(f"cannot read config file {path}: {err}") from err
+    try:
+        if path.suffix == ".toml":
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                import tomli as tomllib
+            return tomllib.loads(text)
+        return json.loads(text)
+    except ValueError as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path} is not a valid config file: {err}") from err

@@ -1,0 +1,77 @@
+"""What the training loop reports beyond the loss: non-finite values named by step and
+parameter, per-layer memory statistics, the evaluation line. Kept out of ``loop.py`` so that
+file reads as the loop's control flow."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .distributed import Parallel, local_tensor
+from .runtime import memory_layers, memory_state_norms
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or gradient went inf / NaN; the message names the step and the parameters."""
+
+
+def non_finite_parameters(model: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """Names of parameters / gradients with inf or NaN (this rank's shard under FSDP2)."""
+    bad_params, bad_grads = [], []
+    for name, param in model.named_parameters():
+        if not torch.isfinite(local_tensor(param)).all():
+            bad_params.append(name)
+        if param.grad is not None and not torch.isfinite(local_tensor(param.grad)).all():
+            bad_grads.append(name)
+    return bad_params, bad_grads
+
+
+def check_finite(model: torch.nn.Module, parallel: Parallel, step: int, loss: float) -> None:
+    """NonFiniteError on every rank when any rank's loss, parameters or gradients are not
+    finite; ``step`` is the step being taken, before its optimizer step."""
+    bad_params, bad_grads = non_finite_parameters(model)
+    if parallel.any(bool(bad_params or bad_grads) or not math.isfinite(loss)):
+        where = "" if parallel.world_size == 1 else f" (names from rank {parallel.rank})"
+        raise NonFiniteError(
+            f"step {step}: loss {loss}; "
+            f"non-finite parameters{where}: {bad_params or 'none'}; "
+            f"non-finite gradients: {bad_grads or 'none'}. Stopped before the optimizer "
+            "step: no checkpoint holds these values."
+        )
+
+
+def non_finite_forward(
+    err: ValueError, model: torch.nn.Module, carried, step: int
+) -> NonFiniteError:
+    """The NonFiniteError for a forward pass the memory refused as non-finite: the memory
+    state norms ``carried`` into ``step`` and the non-finite parameters."""
+    norms = [round(n, 2) for n in memory_state_norms(carried)]
+    return NonFiniteError(
+        f"step {step}: the forward pass went non-finite ({err}); memory state "
+        f"norms carried into the step: {norms or 'none (fresh state)'}; non-finite "
+        f"parameters: {non_finite_parameters(model)[0] or 'none'}"
+    )
+
+
+def memory_stats(
+    model: torch.nn.Module, state, gates: list[dict[str, float]]
+) -> list[dict[str, float]]:
+    """Per memory layer: the gates ``GateStats`` recorded and the norm of the memory's state
+    after the last micro-batch."""
+    norms = memory_state_norms(state)
+    stats = []
+    for i, _ in enumerate(memory_layers(model)):
+        entry = dict(gates[i]) if i < len(gates) else {}
+        if i < len(norms):
+            entry["state_norm"] = norms[i]
+        stats.append(entry)
+    return stats
+
+
+def eval_line(step: int, result: dict[str, float]) -> str:
+    parts = [f"eval @ step {step}: loss {result['val_loss']:.4f}"]
+    if "val_bpb" in result:
+        parts.append(f"bits/byte {result['val_bpb']:.4f}")
+    parts.append(f"accuracy {result['val_accuracy']:.3f}")
+    return ", ".join(parts)
