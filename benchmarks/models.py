@@ -14,6 +14,7 @@ model, eager and compiled, with titans-pytorch's MAC side by side.
     python benchmarks/models.py                  # dim 256, depth 2, window 128, bytes, fp32
     python benchmarks/models.py --quick          # smoke run at tiny sizes
     python benchmarks/models.py --models mac lmm --modes eager --memory
+    python benchmarks/models.py --models mac lmm --modes eager --cases train --interleave 10
     python benchmarks/models.py --device cuda --dtype bf16 --titans-pytorch none
 
 Results: benchmarks/results/models.json and a markdown table (docs/benchmarks.md).
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -102,6 +104,28 @@ def measure_train(name: str, args: argparse.Namespace, compiled: bool) -> dict:
     return row
 
 
+def compile_speedup(name: str, args: argparse.Namespace) -> dict:
+    """Eager and compiled training steps alternating ``args.interleave`` times in one process:
+    a shared machine's load changes over the minutes between separate measurements, and hits
+    both sides of a pair alike. Returns the median of the per-pair eager / compiled ratios."""
+    torch._dynamo.reset()
+    eager = train_step(name, args, False)
+    start = time.perf_counter()
+    compiled = train_step(name, args, True)
+    compiled()  # the first call compiles
+    compile_s = time.perf_counter() - start
+    eager(), compiled()
+    ratios = []
+    for _ in range(args.interleave):
+        pair = []
+        for step in (eager, compiled):
+            start = time.perf_counter()
+            step()
+            pair.append(time.perf_counter() - start)
+        ratios.append(pair[0] / pair[1])
+    return {"median_speedup": statistics.median(ratios), "ratios": ratios, "compile_s": compile_s}
+
+
 @torch.no_grad()
 def measure_decode(name: str, args: argparse.Namespace, compiled: bool) -> dict:
     model = build(name, args).eval()
@@ -156,7 +180,8 @@ def titans_pytorch(args: argparse.Namespace) -> dict | None:
 def markdown(report: dict) -> str:
     head = "| model | mode | train tokens/s | train peak MB | decode tokens/s | ms/token |"
     lines = [head, "|---|---|---|---|---|---|"]
-    rows = list(report["rows"])
+    rows = [row for row in report["rows"] if "train" in row or "decode" in row]
+    pairs = [row for row in report["rows"] if "train_interleaved" in row]
     if report.get("titans_pytorch"):
         rows.append({"model": "titans-pytorch MAC", "mode": "eager", **report["titans_pytorch"]})
     for row in rows:
@@ -166,7 +191,14 @@ def markdown(report: dict) -> str:
         cells += [f"{decode.get('tokens_per_s', math.nan):,.1f}"]
         cells += [f"{decode.get('ms_per_token', math.nan):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    ours = {r["mode"]: r for r in report["rows"] if r["model"] == "mac"}
+    for row in pairs:
+        pair = row["train_interleaved"]
+        speedup, seconds = pair["median_speedup"], pair["compile_s"]
+        lines.append(
+            f"\n{row['model']} compiled vs eager training, interleaved: "
+            f"{speedup:.2f}x (compiled in {seconds:.0f} s)"
+        )
+    ours = {r["mode"]: r for r in rows if r["model"] == "mac"}
     theirs = report.get("titans_pytorch")
     if theirs and ours:
         for mode, row in ours.items():
@@ -192,6 +224,10 @@ def run(args: argparse.Namespace) -> dict:
                 row["decode"] = measure_decode(name, args, compiled)
             rows.append(row)
             print(json.dumps(row), flush=True)
+        if args.interleave:
+            pair = compile_speedup(name, args)
+            rows.append({"model": name, "mode": "compiled/eager", "train_interleaved": pair})
+            print(json.dumps(rows[-1]), flush=True)
     report = {"rows": rows, "titans_pytorch": titans_pytorch(args)}
     if report["titans_pytorch"]:
         print(json.dumps({"titans_pytorch": report["titans_pytorch"]}), flush=True)
@@ -224,6 +260,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--memory", action="store_true", help="peak RSS of an eager training step")
+    p.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        help="also alternate eager/compiled train steps N times",
+    )
     p.add_argument("--titans-pytorch", default="auto", help="its venv's python, 'auto' or 'none'")
     p.add_argument("--quick", action="store_true", help="smoke run at tiny sizes")
     p.add_argument("--out", type=Path, default=RESULTS / "models.json")
