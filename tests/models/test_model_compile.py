@@ -148,3 +148,30 @@ def test_no_recompilation_over_a_1000_token_decode(name):
             logits, state = step(token, state)
             token = logits[:, -1].argmax(-1, keepdim=True)
     assert counter.frame_count == frames, f"{name}: recompiled during a 1,000-token decode"
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the hot path read a tensor's value (a host-device sync on a GPU)")
+
+
+@pytest.mark.parametrize("name", ta.list_models())
+def test_validate_off_reads_no_tensor_value(name, monkeypatch):
+    """``set_runtime(validate=False)`` covers the memory layers' value checks too: a
+    training forward and backward and a streamed continuation never turn a tensor into a
+    Python value; with the default on, the checks do read values."""
+    model = tiny(name).train().set_runtime(validate=False)
+    ids = torch.randint(0, 50, (2, 2 * CHUNK + 1), generator=torch.Generator().manual_seed(0))
+
+    def refuse_reads():
+        for method in ("__bool__", "item", "tolist", "__int__", "__float__"):
+            monkeypatch.setattr(torch.Tensor, method, _refuse)
+
+    refuse_reads()
+    logits, state = model(ids[:, :4])
+    more, _ = model(ids[:, 4:], state)
+    (logits.sum() + more.sum()).backward()
+    monkeypatch.undo()
+    model.set_runtime(validate=True)
+    refuse_reads()
+    with pytest.raises(AssertionError, match="host-device"):
+        model(ids)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from ..layers.neural_memory import NeuralMemory
+from ..ops import validating
 from ..validation import check_bool, check_token_ids, compiling
 from .config import SIZE_PRESETS, ModelConfig
 from .state import ModelState, check_state, state_fingerprint
@@ -71,8 +73,9 @@ class LanguageModel(nn.Module):
         """Run-time choices -- never saved with the weights. ``memory_impl``: "auto" (default),
         "chunk", "reference" or "triton" (fused GPU kernels, docs/gpu.md);
         ``memory_checkpoint``: recompute each memory chunk in backward (default False);
-        ``validate``: check input values once per call (token ids in range; default True;
-        skipped anyway while torch.compile traces). None leaves a choice as it is. Returns
+        ``validate``: check input values (token ids in range, once per call; the memory
+        layers' inputs and states finite; default True; skipped anyway while torch.compile
+        traces): False reads no tensor value on the hot path. None leaves a choice as it is. Returns
         the model."""
         if validate is not None:
             check_bool("validate", validate)
@@ -97,9 +100,11 @@ class LanguageModel(nn.Module):
             input_ids = input_ids.to(torch.int64)
         x = self.embed(input_ids)
         block_states = []
-        for block, block_state in zip(self.blocks, state.blocks):
-            x, block_state = block(x, block_state, state.position)
-            block_states.append(block_state)
+        # validate=False also silences the memory layers' value checks (a host sync each)
+        with nullcontext() if self.validate else validating(False):
+            for block, block_state in zip(self.blocks, state.blocks):
+                x, block_state = block(x, block_state, state.position)
+                block_states.append(block_state)
         logits = self.head(self.norm(x[:, -1:] if last_only else x))
         end = state.position + input_ids.shape[1]
         return logits, ModelState(end, block_states, batch, self.fingerprint)
