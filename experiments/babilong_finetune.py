@@ -94,7 +94,7 @@ def plot(path: Path, out: Path) -> None:
     multiples = [(n - 300) / CONTEXT for n in LENGTHS]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for index, item in enumerate(runs):
-        label = f"{item['model']} ({item['parameters'] / 1e3:.0f}k, {item['steps']} steps)"
+        label = f"{item['model']} seed {item['seed']} ({item['steps']} steps)"
         ax.plot(multiples, item["accuracy"], marker="o", color=f"C{index}", label=label)
     ax.axhline(100 / 6, color="grey", linestyle=":", label="chance (1 in 6)")
     ax.set(xscale="log", xlabel="context length / fine-tuning context (~450 bytes)",
@@ -105,10 +105,11 @@ def plot(path: Path, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     heads = " | ".join(f"{n} ({m:.1f}x)" for n, m in zip(LENGTHS, multiples))
-    print(f"| model | params | steps | answer tokens (val) | {heads} | minutes |")
-    print("|---|---|---|---|" + "---|" * len(LENGTHS) + "---|")
+    print(f"| model | seed | params | steps | answer tokens (val) | {heads} | minutes |")
+    print("|---|---|---|---|---|" + "---|" * len(LENGTHS) + "---|")
     for item in runs:
-        cells = [item["model"], f"{item['parameters'] / 1e3:.0f}k", str(item["steps"]),
+        cells = [item["model"], str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k",
+                 str(item["steps"]),
                  f"{100 * item['answer_accuracy']:.0f}%", *[f"{a:.0f}%" for a in item["accuracy"]],
                  f"{item['seconds'] / 60:.1f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
