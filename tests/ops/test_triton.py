@@ -420,18 +420,20 @@ def test_operations_do_not_grow_with_the_number_of_chunks(memory_id, anchored):
     assert counts[0] == counts[1]
 
 
-def _real_width_case(memory, window):
+def _real_width_case(memory, window, anchored=False):
     inputs = random_inputs(memory, 2, 200, 2, window, torch.float64)
     weights = random_weights(memory, 2, torch.float64)
     momentum = fresh_state(memory, weights, 2).momentum
-    leaves = [x for x in (*inputs.values(), *weights.values(), *momentum.values()) if x is not None]
+    target = {n: w + 0.1 * torch.randn_like(w) for n, w in weights.items()} if anchored else {}
+    leaves = [*inputs.values(), *weights.values(), *momentum.values(), *target.values()]
+    leaves = [x for x in leaves if x is not None]
     for leaf in leaves:
         leaf.requires_grad_(True)
 
     def run(impl, device, dtype, **options):
         cast = lambda d: {n: x if x is None else x.to(device, dtype) for n, x in d.items()}  # noqa: E731
         state = replace(memory.initial_state(cast(weights), 2), momentum=cast(momentum))
-        options |= dict(chunk_size=64, omega_window=window)
+        options |= dict(chunk_size=64, omega_window=window, decay_to=cast(target) or None)
         y, final = scan(memory, cast(inputs), state, impl=impl, **options)
         return y, final, gradients(probe_loss(y.cpu().double(), final.map_tensors(
             lambda x: x.cpu().double())), leaves)  # fmt: skip
@@ -441,6 +443,7 @@ def _real_width_case(memory, window):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled kernels)")
+@pytest.mark.parametrize("anchored", [False, True])
 @pytest.mark.parametrize("window", [1, 4])
 @pytest.mark.parametrize("precision, rtol", [("ieee", 1e-3), ("tf32x3", 1e-3), ("tf32", 3e-2)])
 @pytest.mark.parametrize(
@@ -448,12 +451,15 @@ def _real_width_case(memory, window):
     [LinearMemory(dim_in=64, dim_out=64), MLPMemory(dim_in=64, dim_out=64, expansion=4)],
     ids=["linear", "mlp"],
 )
-def test_cuda_float32_at_real_widths_matches_float64(memory, window, precision, rtol, monkeypatch):
-    """Head width 64, hidden 256, chunk 64, 200 tokens: compiled fp32 kernels against the
-    float64 torch chunked form (itself equal to the reference to 1e-9)."""
+def test_cuda_float32_at_real_widths_matches_float64(
+    memory, window, precision, rtol, anchored, monkeypatch
+):
+    """Head width 64, hidden 256, chunk 64, 200 tokens, with and without a decay target:
+    compiled fp32 kernels against the float64 torch chunked form (itself equal to the
+    reference to 1e-9)."""
     fused = partial(memory_scan_triton, precision=precision)
     monkeypatch.setitem(scan_module.IMPLS, "triton", fused)
-    run = _real_width_case(memory, window)
+    run = _real_width_case(memory, window, anchored)
     expected = run("chunk", "cpu", torch.float64)
     actual = run("triton", "cuda", torch.float32)
     assert_close(actual[0].cpu().double(), expected[0], rtol, "y")
