@@ -37,12 +37,9 @@ ROW, CONTEXT = 512, 450  # fine-tuning row (bytes) and its context, roughly
 LENGTHS = (768, 2048, 4096, 8192)  # the evaluation's nominal lengths: context = length - 300
 
 
-def run(args: argparse.Namespace) -> dict:
-    start_from = Path(f"runs/books_lm/{args.model}-seed{args.seed}")
-    if not start_from.is_dir():
-        raise SystemExit(f"missing {start_from}: run experiments/books_lm.py --model {args.model}")
-    task_args = {"babi_dir": str(DATA / "babi"), "haystack_dir": str(DATA / "gutenberg")}
-    overrides = [
+def finetune_overrides(args: argparse.Namespace, start_from: Path, task_args: dict) -> list[str]:
+    """The quickstart preset's overrides: fine-tune ``start_from`` on 512-byte qa1 rows."""
+    return [
         f"model.name={args.model}",
         *SIZES.get(args.model, []),
         *([f"model.window={ROW}"] if args.model == "transformer" else []),
@@ -60,6 +57,14 @@ def run(args: argparse.Namespace) -> dict:
         *QUIET,
         *args.set,
     ]
+
+
+def run(args: argparse.Namespace) -> dict:
+    start_from = Path(f"runs/books_lm/{args.model}-seed{args.seed}")
+    if not start_from.is_dir():
+        raise SystemExit(f"missing {start_from}: run experiments/books_lm.py --model {args.model}")
+    task_args = {"babi_dir": str(DATA / "babi"), "haystack_dir": str(DATA / "gutenberg")}
+    overrides = finetune_overrides(args, start_from, task_args)
     start = time.time()
     trainer = Trainer(build_config("quickstart", overrides=overrides))
     result = trainer.run()

@@ -156,8 +156,15 @@ def plot(path: Path, out: Path) -> None:
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
-    print("| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin |")
-    print("|---|---|---|---|---|---|---|")
+    print(table(runs))
+
+
+def table(runs: list[dict]) -> str:
+    """The results as a markdown table: one row per run and evaluation text."""
+    lines = [
+        "| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for item in runs:
         for text in EVAL_TEXTS:
             scores = item[text]
@@ -166,7 +173,8 @@ def plot(path: Path, out: Path) -> None:
             cells = [item["model"], f"{item['parameters'] / 1e3:.0f}k", text,
                      "n/a" if carried is None else f"{carried:.3f}",
                      f"{scores['reset_bpb']:.3f}", f"{first:.3f}", f"{last:.3f}"]  # fmt: skip
-            print("| " + " | ".join(cells) + " |")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
