@@ -85,6 +85,28 @@ def _tag(overrides: list[str]) -> str:
     return hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8]
 
 
+def run_styles(runs: list[dict]) -> list[dict]:
+    """One colour per model, a marker per seed, dashed lines for runs with overrides: with
+    twenty runs a colour per run repeats, and the reader should find a model's seeds at once."""
+    models = list(dict.fromkeys(item["model"] for item in runs))
+    palette = plt_colors(len(models))
+    markers = "osD^vP*X"
+    return [
+        dict(
+            color=palette[models.index(item["model"])],
+            marker=markers[item["seed"] % 8],
+            linestyle="--" if item["overrides"] else "-",
+        )
+        for item in runs
+    ]
+
+
+def plt_colors(count: int) -> list:
+    import matplotlib
+
+    return [matplotlib.colormaps["tab20" if count > 10 else "tab10"](i) for i in range(count)]
+
+
 def plot(path: Path, out: Path) -> None:
     import matplotlib
 
@@ -92,17 +114,18 @@ def plot(path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = read_records(path)
-    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(16, 4.5))
-    for index, item in enumerate(runs):
-        label = f"{item['model']} {' '.join(item['overrides'])} (seed {item['seed']})"
-        color = f"C{index % 10}"
+    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(18, 5))
+    for item, style in zip(runs, run_styles(runs)):
+        overrides = " ".join(o.rsplit(".", 1)[-1] for o in item["overrides"])  # last name only
+        label = f"{item['model']} {overrides} (seed {item['seed']}, {item['steps']} steps)"
         near = item["distance_accuracy"]
         left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
-                  marker="o", color=color, label=label)  # fmt: skip
+                  label=label, **style)  # fmt: skip
         far = item["length_accuracy"]
-        right.plot([int(n) for n in far], [100 * a for a in far.values()], marker="o", color=color)
+        right.plot([int(n) for n in far], [100 * a for a in far.values()], **style)
         losses = item.get("loss_curve", {})  # runs recorded before it existed have none
-        curve.plot([int(s) for s in losses], list(losses.values()), color=color, linewidth=0.8)
+        curve.plot([int(s) for s in losses], list(losses.values()), linewidth=0.8,
+                   color=style["color"], linestyle=style["linestyle"])  # fmt: skip
     for axis in (left, right):
         axis.axhline(100 / (VOCAB // 2), color="grey", linestyle=":", label="chance")
         axis.set_xscale("log", base=2)
@@ -115,8 +138,9 @@ def plot(path: Path, out: Path) -> None:
     left.set(xlabel="distance to the answer (attention windows)", ylabel="recall accuracy (%)",
              title="trained length (128 tokens)")  # fmt: skip
     right.set(xlabel="sequence length (answer length - 16 back)", title="past the training length")
-    left.legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*left.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(0.77, 0.5),
+               fontsize=7)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 0.77, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     print(table(runs))
