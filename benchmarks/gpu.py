@@ -115,7 +115,8 @@ def layer_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
     from titans_atlas.layers.neural_memory import MemoryConfig, NeuralMemory
 
     torch.manual_seed(0)
-    config = MemoryConfig(model="mlp", expansion=shape["expansion"], chunk_size=shape["chunk"])
+    config = MemoryConfig(model="mlp", expansion=shape["expansion"], chunk_size=shape["chunk"],
+                          decay_target=shape.get("decay_target", "zero"))  # fmt: skip
     layer = NeuralMemory(shape["dim"], shape["heads"], config).to(device)
     layer.set_runtime(impl=select_impl(impl))
     x = torch.randn(shape["batch"], shape["tokens"], shape["dim"], device=device)
@@ -252,6 +253,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (smoke test)")
+    parser.add_argument("--decay-target", choices=("zero", "init"), default="zero",
+                        help="the layer's decay target (init: the training presets')")  # fmt: skip
     parser.add_argument("--dtypes", nargs="+", choices=tuple(DTYPES), default=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls (2; tiny 1)")
@@ -262,7 +265,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu.json")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    shape = TINY if args.tiny else SHAPES
+    shape = dict(TINY if args.tiny else SHAPES, decay_target=args.decay_target)
     args.repeats = args.repeats or (1 if args.tiny else 5)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 2)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as the torch form runs
