@@ -116,7 +116,7 @@ def layer_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
 
     torch.manual_seed(0)
     config = MemoryConfig(model="mlp", expansion=shape["expansion"], chunk_size=shape["chunk"],
-                          decay_target=shape.get("decay_target", "zero"))  # fmt: skip
+                          decay_target=shape["decay_target"])  # fmt: skip
     layer = NeuralMemory(shape["dim"], shape["heads"], config).to(device)
     layer.set_runtime(impl=select_impl(impl))
     x = torch.randn(shape["batch"], shape["tokens"], shape["dim"], device=device)

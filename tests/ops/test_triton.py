@@ -64,6 +64,34 @@ def case(memory_id, length, window=1, batch=1, heads=2, dtype=torch.float64):
     return memory, move(inputs), move(weights), move(momentum)
 
 
+def check_streamed_in_pieces(memory, inputs, weights, momentum, extra_leaves=(), **options):
+    """Pieces of 3, 1 and 6 tokens through the kernels, the state (base, halo, position)
+    carried, equal one reference call: outputs, final state and the gradients of every leaf
+    (inputs, initial weights and momentum, ``extra_leaves``), through the carried state too."""
+    leaves = [x for x in inputs.values() if x is not None]
+    leaves += [*weights.values(), *momentum.values(), *extra_leaves]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+
+    def start():
+        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
+
+    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
+    state, pieces, edge = start(), [], 0
+    for size in (3, 1, 6):
+        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
+                        **options)  # fmt: skip
+        pieces.append(y)
+        edge += size
+    y_tri = torch.cat(pieces, dim=1)
+    assert_close(y_tri, y_ref)
+    assert_states_close(state, s_ref)
+    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
+    grads_tri = gradients(probe_loss(y_tri, state), leaves)
+    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
+        assert_close(a, e, name=f"grad {i}")
+
+
 @pytest.mark.parametrize(
     "memory_id, length, chunk_size, read, window",
     [
@@ -111,29 +139,8 @@ def test_clipped_streaming_in_pieces_with_several_hidden_tiles(monkeypatch):
     memory = MLPMemory(dim_in=5, dim_out=3, expansion=8)
     monkeypatch.setitem(MEMORIES, "wide", memory)
     _, inputs, weights, momentum = case("wide", length=10, window=2, heads=1)
-    options = dict(chunk_size=4, omega_window=2, max_grad_norm=CLIP)
-    leaves = [x for x in inputs.values() if x is not None]
-    leaves += list(weights.values()) + list(momentum.values())
-    for leaf in leaves:
-        leaf.requires_grad_(True)
-
-    def start():
-        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
-
-    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
-    state, pieces, edge = start(), [], 0
-    for size in (3, 1, 6):
-        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
-                        **options)  # fmt: skip
-        pieces.append(y)
-        edge += size
-    y_tri = torch.cat(pieces, dim=1)
-    assert_close(y_tri, y_ref)
-    assert_states_close(state, s_ref)
-    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
-    grads_tri = gradients(probe_loss(y_tri, state), leaves)
-    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
-        assert_close(a, e, name=f"grad {i}")
+    check_streamed_in_pieces(memory, inputs, weights, momentum, chunk_size=4, omega_window=2,
+                             max_grad_norm=CLIP)  # fmt: skip
 
 
 def test_several_hidden_tiles_with_a_ragged_last_tile(monkeypatch):
@@ -165,29 +172,7 @@ def test_streaming_in_pieces_equals_one_reference_call(memory_id):
     """Pieces of 3, 1 and 6 tokens with the state carried (base, halo, position) give the
     one-call outputs, state and gradients -- through the carried state, too."""
     memory, inputs, weights, momentum = case(memory_id, length=10, window=2)
-    leaves = [x for x in inputs.values() if x is not None]
-    leaves += list(weights.values()) + list(momentum.values())
-    for leaf in leaves:
-        leaf.requires_grad_(True)
-    options = dict(chunk_size=4, omega_window=2)
-
-    def start():
-        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
-
-    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
-    state, pieces, edge = start(), [], 0
-    for size in (3, 1, 6):
-        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
-                        **options)  # fmt: skip
-        pieces.append(y)
-        edge += size
-    y_tri = torch.cat(pieces, dim=1)
-    assert_close(y_tri, y_ref)
-    assert_states_close(state, s_ref)
-    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
-    grads_tri = gradients(probe_loss(y_tri, state), leaves)
-    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
-        assert_close(a, e, name=f"grad {i}")
+    check_streamed_in_pieces(memory, inputs, weights, momentum, chunk_size=4, omega_window=2)
 
 
 @pytest.mark.parametrize("memory_id", ["linear", "mlp"])
@@ -278,29 +263,8 @@ def test_decay_to_streamed_in_pieces_over_several_hidden_tiles(monkeypatch):
     monkeypatch.setitem(MEMORIES, "wide", memory)
     _, inputs, weights, momentum = case("wide", length=10, window=1, heads=1)
     target = {n: w.to(DEVICE) for n, w in target_of(memory, heads=1).items()}
-    leaves = [x for x in inputs.values() if x is not None]
-    leaves += [*weights.values(), *momentum.values(), *target.values()]
-    for leaf in leaves:
-        leaf.requires_grad_(True)
-    options = dict(chunk_size=4, max_grad_norm=CLIP, decay_to=target)
-
-    def start():
-        return replace(memory.initial_state(weights, 1), momentum=dict(momentum))
-
-    y_ref, s_ref = scan(memory, inputs, start(), impl="reference", **options)
-    state, pieces, edge = start(), [], 0
-    for size in (3, 1, 6):
-        y, state = scan(memory, slice_inputs(inputs, edge, edge + size), state, impl="triton",
-                        **options)  # fmt: skip
-        pieces.append(y)
-        edge += size
-    y_tri = torch.cat(pieces, dim=1)
-    assert_close(y_tri, y_ref)
-    assert_states_close(state, s_ref)
-    grads_ref = gradients(probe_loss(y_ref, s_ref), leaves)
-    grads_tri = gradients(probe_loss(y_tri, state), leaves)
-    for i, (a, e) in enumerate(zip(grads_tri, grads_ref)):
-        assert_close(a, e, name=f"grad {i}")
+    check_streamed_in_pieces(memory, inputs, weights, momentum, target.values(), chunk_size=4,
+                             max_grad_norm=CLIP, decay_to=target)  # fmt: skip
 
 
 def test_a_missing_triton_package_raises_naming_the_extra(monkeypatch):

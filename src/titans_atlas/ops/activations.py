@@ -25,11 +25,16 @@ def activation(name: str, z: torch.Tensor) -> torch.Tensor:
     return F.gelu(z) if name == "gelu" else F.silu(z)
 
 
+def _gaussian(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The standard normal's cdf Phi(z) and pdf phi(z) (GELU is z Phi(z))."""
+    cdf = 0.5 * (1.0 + torch.erf(z * INV_SQRT2))
+    return cdf, torch.exp(-0.5 * z * z) * INV_SQRT_2PI
+
+
 def activation_with_slope_reference(name: str, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(act(z), act'(z)) in plain differentiable torch ops."""
     if name == "gelu":  # d/dz [z Phi(z)] = Phi(z) + z phi(z)
-        cdf = 0.5 * (1.0 + torch.erf(z * INV_SQRT2))
-        pdf = torch.exp(-0.5 * z * z) * INV_SQRT_2PI
+        cdf, pdf = _gaussian(z)
         return F.gelu(z), cdf + z * pdf
     sig = torch.sigmoid(z)  # d/dz [z s(z)] = s + z s (1 - s)
     return F.silu(z), sig * (1.0 + z * (1.0 - sig))
@@ -38,8 +43,7 @@ def activation_with_slope_reference(name: str, z: torch.Tensor) -> tuple[torch.T
 def _slope_and_curvature(name: str, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """act'(z) and act''(z)."""
     if name == "gelu":  # act'' = phi (2 - z^2)
-        cdf = 0.5 * (1.0 + torch.erf(z * INV_SQRT2))
-        pdf = torch.exp(-0.5 * z * z) * INV_SQRT_2PI
+        cdf, pdf = _gaussian(z)
         return cdf + z * pdf, pdf * (2.0 - z * z)
     sig = torch.sigmoid(z)  # act'' = s (1 - s) (2 + z (1 - 2 s))
     return sig * (1.0 + z * (1.0 - sig)), sig * (1.0 - sig) * (2.0 + z * (1.0 - 2.0 * sig))

@@ -62,15 +62,17 @@ def check_supported(
         )
 
 
-def _flat_coefficients(coef: MomentumCoefficients, anchored: bool) -> list[torch.Tensor]:
-    """The 8 coefficient fields ``[B, H, N, ...]`` -> contiguous ``[B*H, N, ...]``, in the
-    kernels' order, then (``anchored``: with a decay target) ``read_anchor``, ``end_anchor``."""
-    fields = (
+def _flat(fields) -> list[torch.Tensor]:
+    """Coefficients ``[B, H, N, ...]`` -> contiguous ``[B*H, N, ...]``."""
+    return [x.reshape(-1, *x.shape[2:]).contiguous() for x in fields]
+
+
+def _flat_coefficients(coef: MomentumCoefficients) -> list[torch.Tensor]:
+    """The 8 coefficient fields the kernels read, flat and in their order."""
+    return _flat((
         coef.read_keep, coef.read_momentum, coef.read_grad, coef.end_keep,
         coef.end_momentum, coef.end_grad, coef.momentum_carry, coef.momentum_grad,
-    )  # fmt: skip
-    fields += (coef.read_anchor, coef.end_anchor) if anchored else ()
-    return [x.reshape(-1, *x.shape[2:]).contiguous() for x in fields]
+    ))  # fmt: skip
 
 
 def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
@@ -78,12 +80,12 @@ def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
     return [tensors[name].reshape(-1, *tensors[name].shape[2:]).contiguous() for name in names]
 
 
-def _fused_loop(memory, grids, coefs, state, target, precision, clip):
+def _fused_loop(memory, grids, coef: MomentumCoefficients, state, target, precision, clip):
     """Run the fused kernels; return y ``[B*H, N, C, Dv]``, the end weights and momentum, and
     the start weights of the last chunk (lists in ``weight_shapes`` order, ``[B*H, ...]``).
-    ``coefs``: the flat coefficients (10 with a target, else 8); ``target``: the decay
-    target ``{name: [B, H, ...]}`` or None."""
+    ``target``: the decay target ``{name: [B, H, ...]}`` or None."""
     names = list(memory.weight_shapes())
+    coefs = _flat_coefficients(coef)
     weights = _flat_state(state.weights, names)
     momentum = _flat_state(state.momentum, names)
     base = _flat_state(state.chunk_base(), names)
@@ -92,12 +94,15 @@ def _fused_loop(memory, grids, coefs, state, target, precision, clip):
     save = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
     if isinstance(memory, LinearMemory):
         return _linear_loop(
-            grids, coefs[:8], weights[0], momentum[0], base[0], anchor, (precision, save, clip)
+            grids, coefs, weights[0], momentum[0], base[0], anchor, (precision, save, clip)
         )
     options = (precision, ACTIVATION_CODES[memory.activation], memory.residual, save, clip)
-    target_args = [None] * 4 if anchor is None else [*coefs[8:], *anchor]
+    # the MLP kernels take the target with its coefficients (1 - beta per read row, per end)
+    target_args = [None] * 4
+    if anchor is not None:
+        target_args = [*_flat((coef.read_anchor, coef.end_anchor)), *anchor]
     y, w1, s1, w2, s2, last1, last2 = MLPScan.apply(
-        options, *grids, *coefs[:8], weights[0], momentum[0], weights[1], momentum[1], *base,
+        options, *grids, *coefs, weights[0], momentum[0], weights[1], momentum[1], *base,
         *target_args,
     )  # fmt: skip
     return y, [w1, w2], [s1, s2], [last1, last2]
@@ -168,12 +173,10 @@ def memory_scan_triton(
     right = num_chunks * size - left - length
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
     grid_gates = _grid_gates(gates, state.position, left, right, size)
-    coefs = _flat_coefficients(
-        momentum_coefficients(grid_gates, options.read), gates.decay_to is not None
-    )
+    coef = momentum_coefficients(grid_gates, options.read)
     grids = _chunk_grids(q, k, v, state, left, right, size)
     y, weights, moms, last_start = _fused_loop(
-        memory, grids, coefs, state, gates.decay_to, precision, options.max_grad_norm
+        memory, grids, coef, state, gates.decay_to, precision, options.max_grad_norm
     )
     y = rearrange(y, "(b h) n c d -> b (n c) h d", b=batch)[:, left : left + length]
 
