@@ -86,19 +86,24 @@ def _tag(overrides: list[str]) -> str:
 
 
 def run_styles(runs: list[dict]) -> list[dict]:
-    """One colour per model, a marker per seed, dashed lines for runs with overrides: with
-    twenty runs a colour per run repeats, and the reader should find a model's seeds at once."""
-    models = list(dict.fromkeys(item["model"] for item in runs))
-    palette = plt_colors(len(models))
+    """One colour per arm (a model with its overrides), a marker per seed, dashed lines for
+    runs with overrides: with twenty runs a colour per run repeats, and the reader should find
+    an arm's seeds at once."""
+    arms = list(dict.fromkeys(_arm(item) for item in runs))
+    palette = plt_colors(len(arms))
     markers = "osD^vP*X"
     return [
         dict(
-            color=palette[models.index(item["model"])],
+            color=palette[arms.index(_arm(item))],
             marker=markers[item["seed"] % 8],
             linestyle="--" if item["overrides"] else "-",
         )
         for item in runs
     ]
+
+
+def _arm(item: dict) -> str:
+    return " ".join([item["model"], *item["overrides"]])
 
 
 def plt_colors(count: int) -> list:
@@ -142,7 +147,7 @@ def plot(path: Path, out: Path) -> None:
                fontsize=7)  # fmt: skip
     fig.tight_layout(rect=(0, 0, 0.77, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")  # long labels: keep the whole legend
     print(table(runs))
 
 
