@@ -31,12 +31,13 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+from recall_by_distance import PAIRS, VOCAB  # experiments/ is on sys.path when run
 
 from titans_atlas.eval.loading import load_checkpoint
 from titans_atlas.layers import neural_memory
 from titans_atlas.train.tasks import MultiQueryRecall
 
-VOCAB, PAIRS, LENGTH, ROWS = 32, 4, 128, 256
+LENGTH, ROWS = 128, 256  # the recall preset's training length; rows in the probe batch
 
 
 def capture_writes(model, inputs: torch.Tensor) -> tuple[torch.Tensor, list[tuple]]:
@@ -75,40 +76,42 @@ def pair_positions(inputs: torch.Tensor, labels: torch.Tensor):
         yield asked, own, stored
 
 
-def probe(path: Path, inputs: torch.Tensor, labels: torch.Tensor) -> list[str]:
+def probe(path: Path, inputs: torch.Tensor, labels: torch.Tensor):
+    """(the accuracy line, one conv-taps line per memory layer, the table rows)."""
     model = load_checkpoint(path).model
     logits, layers = capture_writes(model, inputs)
     right = (logits.argmax(-1) == labels).float()  # [B, T]
     asked_at = (labels >= 0).nonzero()[:, 1].unique()  # the same tail positions in every row
     accuracy = " / ".join(f"{100 * right[:, p].mean():.0f}" for p in asked_at)
-    lines = [f"{path}: accuracy of the end queries in order: {accuracy}%"]
     is_value = inputs >= VOCAB // 2
     body = torch.arange(LENGTH) < asked_at[0]  # the stored part, before the tail
-    for index, (q, k, write) in enumerate(layers):
+    pairs = list(pair_positions(inputs, labels))  # the same for every layer
+    memories = [m for m in model.modules() if isinstance(m, neural_memory.NeuralMemory)]
+    convs, rows = [], []
+    for index, ((q, k, write), memory) in enumerate(zip(layers, memories, strict=True)):
         own, other = [], []
-        for row, (asked, mine, stored) in enumerate(pair_positions(inputs, labels)):
+        for row, (asked, mine, stored) in enumerate(pairs):
             for p, s in zip(asked, mine, strict=True):
                 rest = [t for t in stored if t != s]
                 own.append((q[row, p] * k[row, s]).sum(-1))  # [H]
                 other.append((q[row, p] * k[row, rest]).sum(-1).mean(0))
         own_h, other_h = torch.stack(own).mean(0), torch.stack(other).mean(0)
         written = write[is_value & body].mean(0), write[~is_value & body].mean(0)  # [H] each
-        lines.append(f"conv taps of layer {index} by lag: {conv_taps(model, index)}")
+        convs.append(f"conv taps of layer {index} by lag: {conv_taps(memory)}")
         for head in range(q.shape[2]):
-            lines.append(
+            rows.append(
                 f"| {index} | {head} | {own_h[head]:.2f} | {other_h[head]:.2f} | "
                 f"{own_h[head] - other_h[head]:+.2f} | {written[0][head]:.3f} | "
                 f"{written[1][head]:.3f} |"
             )
-    return lines
+    return f"{path}: accuracy of the end queries in order: {accuracy}%", convs, rows
 
 
-def conv_taps(model, index: int) -> str:
-    """RMS over channels of memory layer ``index``'s k and q convolution taps, lag 0 first."""
-    memories = [m for m in model.modules() if isinstance(m, neural_memory.NeuralMemory)]
+def conv_taps(memory: neural_memory.NeuralMemory) -> str:
+    """RMS over channels of the layer's k and q convolution taps, lag 0 first."""
     taps = {}
     for name in "kq":
-        weight = memories[index].conv[name].conv.weight[:, 0]  # [D, K], tap K - 1 = lag 0
+        weight = memory.conv[name].conv.weight[:, 0]  # [D, K], tap K - 1 = lag 0
         taps[name] = " ".join(f"{x:.2f}" for x in weight.pow(2).mean(0).sqrt().flip(0).tolist())
     return f"k {taps['k']}; q {taps['q']}"
 
@@ -122,12 +125,12 @@ def main() -> None:
     task = MultiQueryRecall(vocab_size=VOCAB, seq_len=LENGTH, num_pairs=PAIRS)
     inputs, labels = task.sample(ROWS, torch.Generator().manual_seed(args.seed))
     for path in args.checkpoints:
-        first, *rows = probe(path, inputs, labels)
-        print(f"\n{first}\n")
-        print("\n".join(row for row in rows if row.startswith("conv")) + "\n")
+        accuracy, convs, rows = probe(path, inputs, labels)
+        print(f"\n{accuracy}\n")
+        print("\n".join(convs) + "\n")
         print("| layer | head | own | other | own - other | write value | write noise |")
         print("|---|---|---|---|---|---|---|")
-        print("\n".join(row for row in rows if row.startswith("|")))
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":

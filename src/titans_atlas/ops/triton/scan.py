@@ -76,8 +76,8 @@ def _flat_coefficients(coef: MomentumCoefficients) -> list[torch.Tensor]:
 
 
 def _flat_state(tensors: dict[str, torch.Tensor], names) -> list[torch.Tensor]:
-    """``[B, H, d_in, d_out]`` per name -> contiguous ``[B*H, d_in, d_out]``."""
-    return [tensors[name].reshape(-1, *tensors[name].shape[2:]).contiguous() for name in names]
+    """Named state tensors ``[B, H, ...]`` -> contiguous ``[B*H, ...]``, in ``names`` order."""
+    return _flat(tensors[name] for name in names)
 
 
 def _fused_loop(memory, grids, coef: MomentumCoefficients, state, target, precision, clip):
