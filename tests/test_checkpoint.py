@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 import titans_atlas as ta
-from titans_atlas.layers.memory_config import UNBOUNDED_GATES
+from titans_atlas.layers.memory_config import LATER_FIELDS, UNBOUNDED_GATES
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -158,8 +158,20 @@ def test_from_pretrained_beside_save_pretrained(saved):
         type(tiny("lmm")).from_pretrained(saved)
 
 
+def write_v3(directory: Path) -> None:
+    """Rewrite a saved config as format 3 wrote it: no ``omega_gate_source``."""
+    path = directory / "config.json"
+    meta = json.loads(path.read_text())
+    for key in LATER_FIELDS:
+        meta["config"]["memory"].pop(key)
+    meta["version"] = 3
+    path.write_text(json.dumps(meta))
+
+
 def write_v2(directory: Path) -> None:
-    """Rewrite a saved config as format 2 wrote it: no stability fields in the memory."""
+    """Rewrite a saved config as format 2 wrote it: no stability fields in the memory (nor
+    the fields added after them)."""
+    write_v3(directory)
     path = directory / "config.json"
     meta = json.loads(path.read_text())
     for key in UNBOUNDED_GATES:
@@ -196,11 +208,34 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_3_is_written_with_the_stability_fields_and_without_runtime_choices(saved):
+def test_format_4_is_written_with_every_memory_field_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 3
+    assert meta["version"] == 4
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
-    assert set(UNBOUNDED_GATES) <= set(meta["config"]["memory"])
+    assert {*UNBOUNDED_GATES, *LATER_FIELDS} <= set(meta["config"]["memory"])
+
+
+def test_format_3_checkpoints_load_with_the_omega_gates_they_had(tmp_path):
+    """Format 3 predates ``omega_gate_source``: its Omega gates were the step's."""
+    model = tiny("omeganet", omega_gate_source="step")
+    model.save_pretrained(tmp_path)
+    write_v3(tmp_path)
+    loaded = ta.load_model(tmp_path)
+    assert loaded.config == model.config and loaded.config.memory.omega_gate_source == "step"
+    assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
+    meta = json.loads((tmp_path / "config.json").read_text())
+    meta["config"]["memory"]["omega_gate_source"] = "tap"  # a field format 3 never wrote
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ta.CheckpointError, match="omega_gate_source"):
+        ta.load_model(tmp_path)
+
+
+def test_the_omega_gate_source_survives_a_round_trip(tmp_path):
+    model = tiny("omeganet", omega_gate_source="tap")
+    model.save_pretrained(tmp_path)
+    loaded = ta.load_model(tmp_path)
+    assert loaded.config.memory.omega_gate_source == "tap"
+    assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
 @pytest.mark.parametrize("name", ["lmm", "atlas"])

@@ -6,13 +6,14 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 3 (written now) holds the architecture only, the memory's stability fields
-included. 2 predates those fields (``momentum_max``, ``decay_min``, ``max_grad_norm``,
-``decay_target``); it is read with the values that reproduce the function it was trained as
--- unbounded gates, no clip, decay toward zero (``UNBOUNDED_GATES``) -- not with today's
-defaults, which would silently change a trained model. 1 also held ``muon``, ``impl`` and
-``checkpoint`` in the memory config, read as ``update_rule`` with the two run-time choices
-dropped (set them with ``model.set_runtime``).
+Format versions: 4 (written now) holds the architecture only, the memory's stability fields and
+``omega_gate_source`` included. 3 predates ``omega_gate_source``: its Omega gates were all
+taken from the step's token, so it is read as "step". 2 predates the stability fields
+(``momentum_max``, ``decay_min``, ``max_grad_norm``, ``decay_target``); it is read with the
+values that reproduce the function it was trained as -- unbounded gates, no clip, decay toward
+zero (``UNBOUNDED_GATES``) -- not with today's defaults, which would silently change a trained
+model. 1 also held ``muon``, ``impl`` and ``checkpoint`` in the memory config, read as
+``update_rule`` with the two run-time choices dropped (set them with ``model.set_runtime``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from .models.config import ModelConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+# What a config saved before each later field existed meant (format 3 and older).
+_BEFORE_V4 = {"omega_gate_source": "step"}
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -182,6 +185,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v1(config, path)
     if version in (1, 2):
         config = _upgrade_v2(config, path)
+    if version in (1, 2, 3):
+        config = _upgrade_v3(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -221,3 +226,11 @@ def _upgrade_v2(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: format 2 has no config.memory field(s) {present}")
     return {**config, "memory": {**config["memory"], **UNBOUNDED_GATES}}
+
+
+def _upgrade_v3(config: dict, path: Path) -> dict:
+    """Format 3 -> 4: ``omega_gate_source`` did not exist; every Omega gate was the step's."""
+    present = sorted(set(_BEFORE_V4) & set(config["memory"]))
+    if present:
+        raise CheckpointError(f"{path}: format 3 has no config.memory field(s) {present}")
+    return {**config, "memory": {**config["memory"], **_BEFORE_V4}}

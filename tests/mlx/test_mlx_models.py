@@ -75,8 +75,9 @@ def test_untied_head_and_no_persistent_tokens_load(tmp_path):
     [
         {"decay_target": "init", "max_grad_norm": 0.05},  # the clip binds on most tokens
         {"momentum_max": 1.0, "decay_min": 0.0, "max_grad_norm": None},  # format-2 layers
+        {"omega_gate_source": "tap"},  # Omega gates from the token each tap weights
     ],
-    ids=["decay-to-init-clip-binds", "unbounded"],
+    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-by-tap"],
 )
 @pytest.mark.parametrize("name", ["lmm", "atlas"])
 def test_stability_settings_match_torch(name, stability, tmp_path):
@@ -104,9 +105,17 @@ def test_mlx_checkpoint_loads_in_torch(name, tmp_path):
     assert_close(model(to_mx(ids))[0], expected, RTOL_F32, f"{name} logits")
 
 
+def test_pieces_equal_one_call_with_omega_gates_by_tap(tmp_path):
+    torch_model("omeganet", omega_gate_source="tap").save_pretrained(str(tmp_path))
+    assert_pieces_equal_one_call(tam.load_model(tmp_path), "omeganet, gates by tap")
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_pieces_equal_one_call(name, checkpoints):
-    model = tam.load_model(checkpoints[name][1])
+    assert_pieces_equal_one_call(tam.load_model(checkpoints[name][1]), name)
+
+
+def assert_pieces_equal_one_call(model, name: str) -> None:
     ids = to_mx(tokens(2, 14))
     whole, _ = model(ids)
     for lengths in ([5, 1, 8], [1] * 14):

@@ -13,6 +13,9 @@ from ..validation import check_bool, check_choice, check_int, check_number
 MEMORY_MODELS = ("linear", "mlp", "gated_mlp")
 FEATURE_MAPS = (None, "polynomial")
 DECAY_TARGETS = ("zero", "init")  # what alpha decays the memory toward
+# Which token an Omega gate gamma_{t,j} is computed from: "step" x_t (every tap's gate from the
+# token closing the window), "tap" x_{t-j} (each tap's gate from the token it weights).
+OMEGA_GATE_SOURCES = ("step", "tap")
 # The values of the stability fields that give the spec's unbounded layer: what a config
 # saved before they existed (checkpoint format 2) meant.
 UNBOUNDED_GATES = {
@@ -22,13 +25,16 @@ UNBOUNDED_GATES = {
     "decay_target": "zero",
 }
 
+# Fields added after the stability fields, whose defaults reproduce the layer saved before them.
+LATER_FIELDS = ("omega_gate_source",)
+
 
 def upgrade_saved_memory(memory: dict) -> dict:
     """A complete MemoryConfig dict saved before the stability fields existed -- every other
     field present, none of ``UNBOUNDED_GATES`` -- with the values that reproduce the layer
     it was saved from (for saved configs without a format version, e.g. Hugging Face
     folders); any other dict unchanged (a partial dict takes today's defaults)."""
-    others = {name for name in MemoryConfig.__dataclass_fields__} - set(UNBOUNDED_GATES)
+    others = set(MemoryConfig.__dataclass_fields__) - set(UNBOUNDED_GATES) - set(LATER_FIELDS)
     if others <= set(memory) and not set(UNBOUNDED_GATES) & set(memory):
         return {**memory, **UNBOUNDED_GATES}
     return memory
@@ -52,6 +58,10 @@ class MemoryConfig:
     layer (and the function of checkpoints saved before these fields, format version 2).
     ``decay_target``: "zero" (the spec) or "init": the decay pulls the weights toward the
     learned initial weights, so a long stream never erases them (section 10).
+
+    ``omega_gate_source`` (Omega window only): "step" computes all c gates of step t from x_t;
+    "tap" computes gamma_{t,j} from x_{t-j}, the token that tap weights, so a token decides
+    its own weight at every age in the window (docs/architectures.md, "Omega gates").
     """
 
     model: str = "mlp"  # "linear" | "mlp" | "gated_mlp"
@@ -75,6 +85,7 @@ class MemoryConfig:
     init_momentum: float = 0.5
     init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
+    omega_gate_source: str = "step"  # "step" | "tap": the token gamma_{t,j} is computed from
     conv_kernel: int = 4
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
 
@@ -85,6 +96,7 @@ class MemoryConfig:
         check_choice("activation", self.activation, ("gelu", "silu"))
         check_choice("update_rule", self.update_rule, UPDATE_RULES)
         check_choice("read", self.read, READ_MODES)
+        check_choice("omega_gate_source", self.omega_gate_source, OMEGA_GATE_SOURCES)
         for name in ("residual", "feature_projection"):
             check_bool(name, getattr(self, name))
         for name, minimum in (

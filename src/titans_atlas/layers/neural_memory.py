@@ -35,13 +35,15 @@ from .memory_config import MemoryConfig
 
 @dataclass
 class MemoryLayerState:
-    """A memory layer's stream: the memory itself and the causal-conv caches of q, k, v
-    (``[B, K-1, H*Dh]`` each; None before the first token)."""
+    """A memory layer's stream: the memory itself, the causal-conv caches of q, k, v
+    (``[B, K-1, H*Dh]`` each) and, for Omega gates taken from the tap's token, the last c-1
+    tokens' gates (``[B, c-1, H, c]``); each None before the first token."""
 
     memory: MemoryState
     conv_q: torch.Tensor | None = None
     conv_k: torch.Tensor | None = None
     conv_v: torch.Tensor | None = None
+    omega: torch.Tensor | None = None
 
 
 class NeuralMemory(nn.Module):
@@ -166,6 +168,9 @@ class NeuralMemory(nn.Module):
         k = self._features(k)
         v = rearrange(F.silu(v), "b t (h d) -> b t h d", h=self.num_heads)
         lr, momentum, decay, omega = self._gates(x)
+        omega_cache = None
+        if omega is not None and self.config.omega_gate_source == "tap":
+            omega, omega_cache = gates_by_tap(omega, state.omega)
         # CUDA autocast runs the L2 norm in fp32 and the rest in bf16: q, k arrive fp32 beside
         # a bf16 v. The scan computes in the state's precision anyway; hand it one dtype.
         dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
@@ -190,7 +195,9 @@ class NeuralMemory(nn.Module):
             max_grad_norm=config.max_grad_norm,
             decay_to=dict(self.initial_weights.items()) if config.decay_target == "init" else None,
         )
-        new_state = MemoryLayerState(memory, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v)
+        new_state = MemoryLayerState(
+            memory, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, omega=omega_cache
+        )
         return self.output(read, x), new_state
 
     def retrieve(
@@ -203,6 +210,24 @@ class NeuralMemory(nn.Module):
         q = rearrange(q, "b t h d -> b h t d").to(next(iter(weights.values())).dtype)
         read = rearrange(self.memory.forward(weights, q), "b h t d -> b t h d")
         return self.output(read, x), conv_cache
+
+
+def gates_by_tap(
+    gates: torch.Tensor, history: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Omega gates from the token each tap weights: ``gates [B, T, H, c]`` holds, in row s, the
+    gate token s gives itself at each age j; returns ``gamma [B, T, H, c]`` with
+    ``gamma[t, j] = gates[t - j, j]`` and the last c-1 rows ``[B, c-1, H, c]`` for the next
+    piece of the stream. ``history``: those rows from the previous piece (None at the start of
+    a stream, where the taps before the first token are dropped by the scan: zeros)."""
+    steps, window = gates.shape[1], gates.shape[-1]
+    if history is None:
+        history = gates.new_zeros(gates.shape[0], window - 1, *gates.shape[2:])
+    rows = torch.cat([history.to(gates.dtype), gates], dim=1)  # [B, c-1+T, H, c]
+    # tap j at step t reads row t - j, which sits at c-1 + t - j in ``rows``
+    start = [window - 1 - j for j in range(window)]
+    gamma = torch.stack([rows[:, s : s + steps, :, j] for j, s in enumerate(start)], dim=-1)
+    return gamma, rows[:, rows.shape[1] - (window - 1) :]
 
 
 def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):

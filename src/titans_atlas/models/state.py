@@ -42,6 +42,10 @@ def state_fingerprint(config: ModelConfig) -> Fingerprint:
     """(field, value) pairs of ``config`` that a state depends on; memory fields prefixed."""
     own = [(name, getattr(config, name)) for name in STATE_FIELDS]
     memory = [(f"memory.{n}", getattr(config.memory, n)) for n in MEMORY_STATE_FIELDS]
+    # Only when it differs from the layer it was added beside, so states made before the
+    # field existed keep their fingerprint.
+    if config.memory.omega_window > 1 and config.memory.omega_gate_source != "step":
+        memory.append(("memory.omega_gate_source", config.memory.omega_gate_source))
     return tuple(own + memory)
 
 

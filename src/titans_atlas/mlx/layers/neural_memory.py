@@ -56,7 +56,8 @@ def scan_options(config: MemoryConfig) -> dict[str, Any]:
 
 @dataclass
 class MemoryLayerState:
-    """A memory layer's stream: the memory itself and the conv caches (by stream name)."""
+    """A memory layer's stream: the memory itself and the conv caches (by stream name; with
+    Omega gates taken from the tap's token, "omega" holds the last c-1 tokens' gates)."""
 
     memory: MemoryState
     conv: dict[str, mx.array] = field(default_factory=dict)
@@ -153,6 +154,8 @@ class NeuralMemory(nn.Module):
         k = self._features(k)
         v = self._split_heads(silu(v))
         lr, momentum, decay, omega = self._gates(x)
+        if omega is not None and self.config.omega_gate_source == "tap":
+            omega, conv["omega"] = gates_by_tap(omega, conv.get("omega"))
         read, memory = memory_scan(
             self.memory,
             q,
@@ -181,6 +184,18 @@ class NeuralMemory(nn.Module):
         q = q.swapaxes(1, 2).astype(next(iter(weights.values())).dtype)  # [B, H, T, Dk]
         read = self.memory.forward(weights, q).swapaxes(1, 2)  # [B, T, H, Dv]
         return self.output(read, x), conv_cache
+
+
+def gates_by_tap(gates: mx.array, history: mx.array | None) -> tuple[mx.array, mx.array]:
+    """``gamma[t, j] = gates[t - j, j]`` for ``gates [B, T, H, c]``, and the last c-1 rows
+    ``[B, c-1, H, c]`` for the next piece (the torch layer's ``gates_by_tap``)."""
+    steps, window = gates.shape[1], gates.shape[-1]
+    if history is None:
+        history = mx.zeros((gates.shape[0], window - 1, *gates.shape[2:]), dtype=gates.dtype)
+    rows = mx.concatenate([history.astype(gates.dtype), gates], axis=1)  # [B, c-1+T, H, c]
+    start = [window - 1 - j for j in range(window)]  # tap j at step t reads row c-1 + t - j
+    gamma = mx.stack([rows[:, s : s + steps, :, j] for j, s in enumerate(start)], axis=-1)
+    return gamma, rows[:, rows.shape[1] - (window - 1) :]
 
 
 def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
