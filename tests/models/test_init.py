@@ -82,3 +82,20 @@ def test_a_standalone_memory_layer_is_initialised():
     assert math.isclose(lr, layer.config.init_lr, rel_tol=1e-5)
     assert math.isclose(momentum, layer.config.init_momentum, rel_tol=1e-5)
     assert math.isclose(decay, layer.config.init_decay, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [8, 32])
+def test_projected_polynomial_keys_start_at_the_unit_norm_of_plain_keys(head_dim):
+    """The projection back from phi starts as the identity on phi's degree-1 block (plus
+    small noise): projected keys keep the norm of the L2-normalised keys they came from
+    instead of ~0.16 (noise alone), which wrote ~40x more weakly than the plain layer."""
+    torch.manual_seed(0)
+    config = ta.MemoryConfig(feature_map="polynomial", feature_projection=True, residual=True)
+    layer = ta.NeuralMemory(2 * head_dim, 2, config)
+    weight = layer.feature_projection.weight
+    noise = weight.clone()
+    noise[:, 1 : 1 + head_dim] -= torch.eye(head_dim)
+    assert noise.std().item() == pytest.approx(0.02, rel=0.1)  # the rest is the init noise
+    keys = layer._features(torch.randn(4, 64, 2 * head_dim))  # [B, T, H, Dh]
+    norms = keys.norm(dim=-1)
+    assert norms.min() > 0.8 and norms.max() < 1.3, (norms.min(), norms.max())

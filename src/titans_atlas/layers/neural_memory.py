@@ -111,7 +111,7 @@ class NeuralMemory(nn.Module):
             coefficients = default_polynomial_coefficients(self.config.poly_degree)
             self.poly_coefficients.copy_(coefficients)
             if self.config.feature_projection:
-                nn.init.normal_(self.feature_projection.weight, std=std)
+                init_feature_projection(self.feature_projection.weight, std)
         fresh = self.memory.init_weights(self.num_heads, device=self.to_qkv.weight.device)
         for name, weight in self.initial_weights.items():
             weight.copy_(fresh[name])
@@ -210,6 +210,17 @@ class NeuralMemory(nn.Module):
         q = rearrange(q, "b t h d -> b h t d").to(next(iter(weights.values())).dtype)
         read = rearrange(self.memory.forward(weights, q), "b h t d -> b t h d")
         return self.output(read, x), conv_cache
+
+
+@torch.no_grad()
+def init_feature_projection(weight: torch.Tensor, std: float) -> None:
+    """``weight [Dh, C(Dh + p, p)]``: N(0, std) plus the identity on phi's degree-1 block
+    (columns 1..Dh, after the constant). An untrained projection then passes the
+    L2-normalised keys through at unit norm; noise alone at std 0.02 gives keys of norm ~0.16
+    and writes ~40x weaker than the plain layer's, too weak to bind (docs/results.md)."""
+    head_dim = weight.shape[0]
+    nn.init.normal_(weight, std=std)
+    weight[:, 1 : 1 + head_dim] += torch.eye(head_dim, dtype=weight.dtype, device=weight.device)
 
 
 def gates_by_tap(

@@ -90,7 +90,10 @@ class NeuralMemory(nn.Module):
             key_dim = polynomial_width(head_dim, config.poly_degree)
             if config.feature_projection:
                 self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
-                normal_init(self.feature_projection)
+                normal_init(self.feature_projection)  # + identity on the degree-1 block,
+                identity = mx.eye(head_dim)  # as the torch layer's init_feature_projection
+                identity = mx.pad(identity, [(0, 0), (1, key_dim - 1 - head_dim)])
+                self.feature_projection.weight = self.feature_projection.weight + identity
                 key_dim = head_dim
         self.memory = _build_memory(config, key_dim, head_dim)
         self.initial_weights = self.memory.init_weights(num_heads)
