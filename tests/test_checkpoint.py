@@ -158,6 +158,9 @@ def test_from_pretrained_beside_save_pretrained(saved):
         type(tiny("lmm")).from_pretrained(saved)
 
 
+AS_BEFORE_V4 = {"omega_gate_source": "step"}  # the only Omega gates formats 1-3 knew
+
+
 def write_v3(directory: Path) -> None:
     """Rewrite a saved config as format 3 wrote it: no ``omega_gate_source``."""
     path = directory / "config.json"
@@ -198,7 +201,7 @@ def write_v1(directory: Path, muon) -> None:
     [("atlas", True, "muon"), ("omeganet", False, "momentum"), ("atlas", "chunk", "muon_chunk")],
 )
 def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
-    model = tiny(name, update_rule=rule, **UNBOUNDED_GATES)
+    model = tiny(name, update_rule=rule, **UNBOUNDED_GATES, **AS_BEFORE_V4)
     model.save_pretrained(tmp_path)
     write_v1(tmp_path, muon)
     loaded = ta.load_model(tmp_path)
@@ -243,7 +246,7 @@ def test_format_2_checkpoints_load_as_the_unbounded_layer_they_were(tmp_path, na
     """A format-2 config has no stability fields: it loads with the values that give the
     layer it was trained as (gates sigmoid(.), no clip, decay toward zero), not with today's
     defaults -- same logits as the model built that way, and the old gate formula."""
-    model = tiny(name, **UNBOUNDED_GATES)
+    model = tiny(name, **UNBOUNDED_GATES, **AS_BEFORE_V4)
     model.save_pretrained(tmp_path)
     write_v2(tmp_path)
     loaded = ta.load_model(tmp_path)

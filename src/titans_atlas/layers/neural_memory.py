@@ -238,7 +238,8 @@ def gates_by_tap(
     # tap j at step t reads row t - j, which sits at c-1 + t - j in ``rows``
     start = [window - 1 - j for j in range(window)]
     gamma = torch.stack([rows[:, s : s + steps, :, j] for j, s in enumerate(start)], dim=-1)
-    return gamma, rows[:, rows.shape[1] - (window - 1) :]
+    # a copy: a view would keep the whole piece's gates alive in the state
+    return gamma, rows[:, rows.shape[1] - (window - 1) :].clone()
 
 
 def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):

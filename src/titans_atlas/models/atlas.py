@@ -1,6 +1,6 @@
 """The ATLAS family (Behrouz et al. 2025, Section 5): the LMM / MAG / MAL layouts with the
-ATLAS memory -- Omega window c = 8, polynomial keys and queries, Muon momentum, residual
-2-layer MLP memory.
+ATLAS memory -- Omega window c = 8 (each gate from the token it weights), polynomial keys and
+queries, Muon momentum, residual 2-layer MLP memory.
 
 A residual memory needs key width == value width, and the degree-2 polynomial map widens a
 64-wide head to 2145 features; so these presets name the learned projection back to the
@@ -21,6 +21,9 @@ ATLAS_MEMORY = {
     "expansion": 4.0,
     "residual": True,
     "omega_window": 8,
+    # each tap's gate from the token it weights: with the step's token (the layer default) an
+    # Omega lmm never bound keys to values on the recall task (docs/architectures.md)
+    "omega_gate_source": "tap",
     "feature_map": "polynomial",
     "poly_degree": 2,
     "feature_projection": True,
