@@ -232,5 +232,5 @@ def _upgrade_v3(config: dict, path: Path) -> dict:
     """Format 3 -> 4: ``omega_gate_source`` did not exist; every Omega gate was the step's."""
     present = sorted(set(_BEFORE_V4) & set(config["memory"]))
     if present:
-        raise CheckpointError(f"{path}: format 3 has no config.memory field(s) {present}")
+        raise CheckpointError(f"{path}: formats 1-3 have no config.memory field(s) {present}")
     return {**config, "memory": {**config["memory"], **_BEFORE_V4}}

@@ -257,6 +257,16 @@ def test_a_config_saved_before_the_stability_fields_keeps_its_layer():
     assert partial.model_config.memory.max_grad_norm == ta.MemoryConfig().max_grad_norm
 
 
+def test_an_atlas_config_saved_before_the_omega_gate_source_keeps_the_step_s_gates():
+    """An HF folder of an ATLAS model saved after the stability fields but before
+    ``omega_gate_source`` was trained with the step's gates: it reads as "step", not as the
+    preset's "tap"."""
+    saved = ta.model_config("atlas").to_dict()
+    assert saved["memory"].pop("omega_gate_source") == "tap"
+    memory = TitansAtlasConfig(titans=saved).model_config.memory
+    assert memory.omega_gate_source == "step" and memory.omega_window == 8
+
+
 def test_config_mirrors_must_agree_with_the_model_config():
     config = ta.model_config("mac", dim=32, num_heads=2)
     hf_config = TitansAtlasConfig.from_model_config(config)

@@ -75,9 +75,9 @@ def test_untied_head_and_no_persistent_tokens_load(tmp_path):
     [
         {"decay_target": "init", "max_grad_norm": 0.05},  # the clip binds on most tokens
         {"momentum_max": 1.0, "decay_min": 0.0, "max_grad_norm": None},  # format-2 layers
-        {"omega_gate_source": "tap"},  # Omega gates from the token each tap weights
+        {"omega_gate_source": "step"},  # the layer default; the ATLAS presets take "tap"
     ],
-    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-by-tap"],
+    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-of-the-step"],
 )
 @pytest.mark.parametrize("name", ["lmm", "atlas"])
 def test_stability_settings_match_torch(name, stability, tmp_path):
@@ -105,9 +105,20 @@ def test_mlx_checkpoint_loads_in_torch(name, tmp_path):
     assert_close(model(to_mx(ids))[0], expected, RTOL_F32, f"{name} logits")
 
 
-def test_pieces_equal_one_call_with_omega_gates_by_tap(tmp_path):
-    torch_model("omeganet", omega_gate_source="tap").save_pretrained(str(tmp_path))
-    assert_pieces_equal_one_call(tam.load_model(tmp_path), "omeganet, gates by tap")
+def test_pieces_equal_one_call_with_omega_gates_of_the_step(tmp_path):
+    torch_model("omeganet", omega_gate_source="step").save_pretrained(str(tmp_path))
+    assert_pieces_equal_one_call(tam.load_model(tmp_path), "omeganet, gates of the step")
+
+
+def test_feature_projection_starts_as_torch_s_does():
+    """Identity on phi's degree-1 block plus N(0, 0.02) noise (torch's init_feature_projection)."""
+    mx.random.seed(0)
+    layer = tam.create_model("atlas", **TINY, chunk_size=CHUNK).blocks[0].memory
+    weight = np.array(layer.feature_projection.weight)
+    head_dim = weight.shape[0]
+    noise = weight.copy()
+    noise[:, 1 : 1 + head_dim] -= np.eye(head_dim)
+    assert abs(noise.std() - 0.02) < 0.004 and np.abs(noise).max() < 0.15
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -106,6 +106,7 @@ CASES = [
     ("rope_base=nan", lambda e: other(rope_base=NAN), ValueError, ["rope_base"]),
     ("chunk_size=1.5", lambda e: other(chunk_size=1.5), ValueError, ["chunk_size"]),
     ("omega_window=0", lambda e: other(omega_window=0), ValueError, ["omega_window"]),
+    ("omega_gate_source=x", lambda e: other(omega_gate_source="x"), ValueError, ["omega_gate"]),
     ("update_rule=True", lambda e: other(update_rule=True), ValueError, ["update_rule"]),
     ("muon=True", lambda e: other(muon=True), ValueError, ["muon", "update_rule"]),
     ("impl='chunk'", lambda e: other(impl="chunk"), ValueError, ["impl", "set_runtime"]),

@@ -90,10 +90,7 @@ class NeuralMemory(nn.Module):
             key_dim = polynomial_width(head_dim, config.poly_degree)
             if config.feature_projection:
                 self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
-                normal_init(self.feature_projection)  # + identity on the degree-1 block,
-                identity = mx.eye(head_dim)  # as the torch layer's init_feature_projection
-                identity = mx.pad(identity, [(0, 0), (1, key_dim - 1 - head_dim)])
-                self.feature_projection.weight = self.feature_projection.weight + identity
+                init_feature_projection(self.feature_projection)
                 key_dim = head_dim
         self.memory = _build_memory(config, key_dim, head_dim)
         self.initial_weights = self.memory.init_weights(num_heads)
@@ -187,6 +184,15 @@ class NeuralMemory(nn.Module):
         q = q.swapaxes(1, 2).astype(next(iter(weights.values())).dtype)  # [B, H, T, Dk]
         read = self.memory.forward(weights, q).swapaxes(1, 2)  # [B, T, H, Dv]
         return self.output(read, x), conv_cache
+
+
+def init_feature_projection(linear: nn.Linear) -> None:
+    """N(0, 0.02) plus the identity on phi's degree-1 block, so untrained projected keys keep
+    unit norm (the torch layer's ``init_feature_projection`` says why)."""
+    normal_init(linear)
+    head_dim, width = linear.weight.shape
+    identity = mx.pad(mx.eye(head_dim), [(0, 0), (1, width - 1 - head_dim)])  # columns 1..Dh
+    linear.weight = linear.weight + identity
 
 
 def gates_by_tap(gates: mx.array, history: mx.array | None) -> tuple[mx.array, mx.array]:
