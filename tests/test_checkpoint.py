@@ -158,42 +158,35 @@ def test_from_pretrained_beside_save_pretrained(saved):
         type(tiny("lmm")).from_pretrained(saved)
 
 
-AS_BEFORE_V4 = {"omega_gate_source": "step"}  # the only Omega gates formats 1-3 knew
-
-
-def write_v3(directory: Path) -> None:
-    """Rewrite a saved config as format 3 wrote it: no ``omega_gate_source``."""
-    path = directory / "config.json"
-    meta = json.loads(path.read_text())
-    for key in LATER_FIELDS:
-        meta["config"]["memory"].pop(key)
-    meta["version"] = 3
-    path.write_text(json.dumps(meta))
-
-
-def write_v2(directory: Path) -> None:
-    """Rewrite a saved config as format 2 wrote it: no stability fields in the memory (nor
-    the fields added after them)."""
-    write_v3(directory)
-    path = directory / "config.json"
-    meta = json.loads(path.read_text())
-    for key in UNBOUNDED_GATES:
-        meta["config"]["memory"].pop(key)
-    meta["version"] = 2
-    path.write_text(json.dumps(meta))
-
-
-def write_v1(directory: Path, muon) -> None:
-    """Rewrite a saved config as format 1 wrote it: muon/impl/checkpoint in the memory (and,
-    as format 2, no stability fields)."""
-    write_v2(directory)
+def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> None:
+    """Rewrite a saved config as an older format wrote it: ``drop`` memory fields it did not
+    have, ``add`` the ones it had instead, and stamp ``version``."""
     path = directory / "config.json"
     meta = json.loads(path.read_text())
     memory = meta["config"]["memory"]
-    memory.pop("update_rule")
-    memory.update(muon=muon, impl="chunk", checkpoint=True)
-    meta["version"] = 1
+    for key in drop:
+        memory.pop(key)
+    memory.update(add or {})
+    meta["version"] = version
     path.write_text(json.dumps(meta))
+
+
+def write_v3(directory: Path) -> None:
+    """Format 3: no ``omega_gate_source``."""
+    rewrite_saved_memory(directory, 3, drop=LATER_FIELDS)
+
+
+def write_v2(directory: Path) -> None:
+    """Format 2: no stability fields in the memory (nor the fields added after them)."""
+    write_v3(directory)
+    rewrite_saved_memory(directory, 2, drop=UNBOUNDED_GATES)
+
+
+def write_v1(directory: Path, muon) -> None:
+    """Format 1: muon/impl/checkpoint in the memory (and, as format 2, no stability fields)."""
+    write_v2(directory)
+    add = {"muon": muon, "impl": "chunk", "checkpoint": True}
+    rewrite_saved_memory(directory, 1, drop=["update_rule"], add=add)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +194,7 @@ def write_v1(directory: Path, muon) -> None:
     [("atlas", True, "muon"), ("omeganet", False, "momentum"), ("atlas", "chunk", "muon_chunk")],
 )
 def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
-    model = tiny(name, update_rule=rule, **UNBOUNDED_GATES, **AS_BEFORE_V4)
+    model = tiny(name, update_rule=rule, **UNBOUNDED_GATES, **LATER_FIELDS)
     model.save_pretrained(tmp_path)
     write_v1(tmp_path, muon)
     loaded = ta.load_model(tmp_path)
@@ -246,7 +239,7 @@ def test_format_2_checkpoints_load_as_the_unbounded_layer_they_were(tmp_path, na
     """A format-2 config has no stability fields: it loads with the values that give the
     layer it was trained as (gates sigmoid(.), no clip, decay toward zero), not with today's
     defaults -- same logits as the model built that way, and the old gate formula."""
-    model = tiny(name, **UNBOUNDED_GATES, **AS_BEFORE_V4)
+    model = tiny(name, **UNBOUNDED_GATES, **LATER_FIELDS)
     model.save_pretrained(tmp_path)
     write_v2(tmp_path)
     loaded = ta.load_model(tmp_path)

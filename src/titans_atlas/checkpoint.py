@@ -28,7 +28,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save_model as save_safetensors
 
-from .layers.memory_config import UNBOUNDED_GATES, MemoryConfig
+from .layers.memory_config import LATER_FIELDS, UNBOUNDED_GATES, MemoryConfig
 from .models.backbone import MODELS, LanguageModel, build_model
 from .models.config import ModelConfig
 
@@ -36,8 +36,6 @@ CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
 FORMAT_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
-# What a config saved before each later field existed meant (format 3 and older).
-_BEFORE_V4 = {"omega_gate_source": "step"}
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -230,7 +228,7 @@ def _upgrade_v2(config: dict, path: Path) -> dict:
 
 def _upgrade_v3(config: dict, path: Path) -> dict:
     """Format 3 -> 4: ``omega_gate_source`` did not exist; every Omega gate was the step's."""
-    present = sorted(set(_BEFORE_V4) & set(config["memory"]))
+    present = sorted(set(LATER_FIELDS) & set(config["memory"]))
     if present:
         raise CheckpointError(f"{path}: formats 1-3 have no config.memory field(s) {present}")
-    return {**config, "memory": {**config["memory"], **_BEFORE_V4}}
+    return {**config, "memory": {**config["memory"], **LATER_FIELDS}}

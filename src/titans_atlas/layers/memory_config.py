@@ -25,19 +25,23 @@ UNBOUNDED_GATES = {
     "decay_target": "zero",
 }
 
-# Fields added after the stability fields, whose defaults reproduce the layer saved before them.
-LATER_FIELDS = ("omega_gate_source",)
+# Fields added after the stability fields, with the value that gives the layer a config saved
+# before each existed (checkpoint format 3 and older, HF folders without them).
+LATER_FIELDS = {"omega_gate_source": "step"}
 
 
 def upgrade_saved_memory(memory: dict) -> dict:
-    """A complete MemoryConfig dict saved before the stability fields existed -- every other
-    field present, none of ``UNBOUNDED_GATES`` -- with the values that reproduce the layer
-    it was saved from (for saved configs without a format version, e.g. Hugging Face
-    folders); any other dict unchanged (a partial dict takes today's defaults)."""
+    """A complete MemoryConfig dict saved before some fields existed -- every field present
+    but ``UNBOUNDED_GATES`` (all or none of them) and ``LATER_FIELDS`` -- with the values
+    that reproduce the layer it was saved from (for saved configs without a format version,
+    e.g. Hugging Face folders); any other dict unchanged (a partial dict takes today's
+    defaults)."""
     others = set(MemoryConfig.__dataclass_fields__) - set(UNBOUNDED_GATES) - set(LATER_FIELDS)
-    if others <= set(memory) and not set(UNBOUNDED_GATES) & set(memory):
-        return {**memory, **UNBOUNDED_GATES}
-    return memory
+    if not others <= set(memory):
+        return memory
+    if not set(UNBOUNDED_GATES) & set(memory):
+        memory = {**memory, **UNBOUNDED_GATES}
+    return {**LATER_FIELDS, **memory}
 
 
 @dataclass
