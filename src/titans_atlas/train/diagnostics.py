@@ -27,11 +27,22 @@ def non_finite_parameters(model: torch.nn.Module) -> tuple[list[str], list[str]]
     return bad_params, bad_grads
 
 
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every entry of every tensor is finite, with one host sync for the whole list:
+    a sync per tensor would drain a GPU's launch queue once per parameter every step."""
+    flags = [torch.isfinite(tensor).all() for tensor in tensors]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
 def check_finite(model: torch.nn.Module, parallel: Parallel, step: int, loss: float) -> None:
     """NonFiniteError on every rank when any rank's loss, parameters or gradients are not
-    finite; ``step`` is the step being taken, before its optimizer step."""
-    bad_params, bad_grads = non_finite_parameters(model)
-    if parallel.any(bool(bad_params or bad_grads) or not math.isfinite(loss)):
+    finite; ``step`` is the step being taken, before its optimizer step. The parameters'
+    names are looked up only once something is wrong."""
+    params = [local_tensor(p) for p in model.parameters()]
+    grads = [local_tensor(p.grad) for p in model.parameters() if p.grad is not None]
+    finite = all_finite(params + grads) and math.isfinite(loss)
+    if parallel.any(not finite):
+        bad_params, bad_grads = non_finite_parameters(model)
         where = "" if parallel.world_size == 1 else f" (names from rank {parallel.rank})"
         raise NonFiniteError(
             f"step {step}: loss {loss}; "
