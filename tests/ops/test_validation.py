@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import titans_atlas.ops.scan as scan_module
-from helpers import MEMORIES, random_inputs, scan
+from helpers import MEMORIES, CountSyncs, random_inputs, scan
 from titans_atlas.ops import (
     SCAN_IMPLS,
     GatedMLPMemory,
@@ -321,6 +321,16 @@ def test_a_successful_call_leaves_its_state_as_it_was(impl, rule):
     _, new = call(window=2, state=state, length=4, impl=impl, update_rule=rule)
     assert new.position == 7
     assert_unchanged(state, before)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_the_value_checks_of_a_call_sync_once_in_all(validate):
+    """The value checks read every input and the state; collected as flags they wait for the
+    device once per call, not once per tensor (mid-stream: base, halo and momentum too)."""
+    state = mid_stream_state()
+    with CountSyncs() as syncs:
+        call(window=2, state=state, length=4, impl="chunk", validate=validate)
+    assert syncs.count == (1 if validate else 0)
 
 
 def test_every_impl_is_registered():

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from train_helpers import debug_config
 
 import titans_atlas as ta
+from helpers import CountSyncs
 from titans_atlas.checkpoint import CheckpointError
 from titans_atlas.train import NonFiniteError, Trainer, resolve_model_dir, train
 from titans_atlas.train import checkpoint as ckpt
@@ -61,22 +61,10 @@ def test_non_finite_parameter_stops_with_its_name_and_step(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
-class _CountSyncs(TorchDispatchMode):
-    """Counts host syncs: reads of a tensor's value into Python (``.item()``, ``bool(t)``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.overloadpacket is torch.ops.aten._local_scalar_dense
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_finite_check_of_a_step_syncs_once_not_per_parameter(tmp_path):
     trainer = Trainer(debug_config(tmp_path, train__steps=3))
     trainer.train_step()
-    with _CountSyncs() as syncs:
+    with CountSyncs() as syncs:
         check_finite(trainer.model, trainer.parallel, 2, 1.0)
     assert syncs.count == 1 < len(list(trainer.model.parameters()))
     with torch.no_grad():

@@ -6,7 +6,8 @@ Two kinds: structure checks (types, shapes, dtypes, the chunk grid) read only me
 always run; value checks (NaN, inf, gate ranges) read the tensors, which on an accelerator
 means a host-device synchronisation (and a graph break under ``torch.compile``), so they run
 only when ``values`` is True: ``memory_scan(validate=...)``, else the default set by
-``validating(...)`` (True), and never while ``torch.compile`` traces.
+``validating(...)`` (True), and never while ``torch.compile`` traces. They are collected as
+flags (``Faults``) and read with one sync per call, not one per tensor.
 """
 
 from __future__ import annotations
@@ -52,6 +53,31 @@ def value_checks_enabled(validate: bool | None = None) -> bool:
 GATE_RANGES = {"lr": (0.0, None), "momentum": (0.0, 1.0), "decay": (0.0, 1.0), "omega": (0.0, 1.0)}
 
 
+class Faults:
+    """The value checks of one call: each ``add`` keeps a 0-d "bad" flag on the device and the
+    error it stands for; ``raise_first`` reads all flags with one host sync and raises the
+    first fault in the order added (the order the checks ran in when each synced alone)."""
+
+    def __init__(self) -> None:
+        self.flags: list[torch.Tensor] = []
+        self.messages: list[str] = []
+
+    def add(self, bad: torch.Tensor, message: str) -> None:
+        device = self.flags[0].device if self.flags else bad.device
+        self.flags.append(bad.to(device, non_blocking=True))
+        self.messages.append(message)
+
+    def non_finite(self, name: str, x: torch.Tensor) -> None:
+        self.add(~torch.isfinite(x).all(), f"{name} contains NaN or inf")
+
+    def raise_first(self) -> None:
+        if not self.flags:
+            return
+        bad = torch.stack(self.flags)
+        if bool(bad.any()):  # the one sync; finding which costs a second, only on failure
+            raise ValueError(self.messages[int(bad.nonzero()[0, 0])])
+
+
 def check_scan_inputs(
     memory: MemoryModel,
     q: torch.Tensor,
@@ -63,10 +89,12 @@ def check_scan_inputs(
     options: ScanOptions,
     values: bool,
 ) -> None:
-    """Raise ValueError naming the argument; ``values`` adds the finiteness and range checks."""
+    """Raise ValueError naming the argument; ``values`` adds the finiteness and range checks,
+    after every structure check passed."""
     if not isinstance(memory, MemoryModel):
         raise ValueError(f"memory must be a MemoryModel, got {type(memory).__name__}")
-    _check_qkv(memory, q, k, v, values)
+    faults = Faults() if values else None
+    _check_qkv(memory, q, k, v, faults)
     batch, length, heads, _ = q.shape
     window = options.omega_window
     if gates.omega is None and window > 1:
@@ -75,13 +103,15 @@ def check_scan_inputs(
         gate = getattr(gates, name)
         if gate is not None:
             shape = (batch, length, heads) + ((window,) if name == "omega" else ())
-            _check_gate(name, gate, shape, values)
+            _check_gate(name, gate, shape, faults)
     if gates.decay_to is not None:
-        _check_decay_target(memory, gates.decay_to, batch, heads, values)
-    _check_state(memory, state, batch, heads, options, values)
+        _check_decay_target(memory, gates.decay_to, batch, heads, faults)
+    _check_state(memory, state, batch, heads, options, faults)
+    if faults is not None:
+        faults.raise_first()
 
 
-def _check_decay_target(memory, target, batch: int, heads: int, values: bool) -> None:
+def _check_decay_target(memory, target, batch: int, heads: int, faults: Faults | None) -> None:
     """``decay_to``: the memory's weights, per head ``[H, ...]`` or per sample ``[B, H, ...]``."""
     batched = isinstance(target, dict) and any(
         isinstance(w, torch.Tensor) and w.ndim == 4 for w in target.values()
@@ -94,19 +124,19 @@ def _check_decay_target(memory, target, batch: int, heads: int, values: bool) ->
             raise ValueError(
                 f"decay_to[{key!r}] must lead with [{want}] = {list(lead)}, got {list(w.shape)}"
             )
-        if values and not torch.isfinite(w).all():
-            raise ValueError(f"decay_to[{key!r}] contains NaN or inf")
+        if faults is not None:
+            faults.non_finite(f"decay_to[{key!r}]", w)
 
 
-def _check_qkv(memory, q, k, v, values: bool) -> None:
+def _check_qkv(memory, q, k, v, faults: Faults | None) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.ndim != 4:
             got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a [B, T, H, D] tensor, got {got}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-        if values and not torch.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or inf")
+        if faults is not None:
+            faults.non_finite(name, x)
     batch, length, heads, _ = q.shape
     if k.shape != q.shape:
         raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
@@ -118,25 +148,24 @@ def _check_qkv(memory, q, k, v, values: bool) -> None:
         raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
 
 
-def _check_gate(name: str, gate, shape: tuple[int, ...], values: bool) -> None:
+def _check_gate(name: str, gate, shape: tuple[int, ...], faults: Faults | None) -> None:
     public = "omega_gate" if name == "omega" else name  # the keyword the caller used
     if not isinstance(gate, torch.Tensor) or tuple(gate.shape) != tuple(shape):
         got = list(gate.shape) if isinstance(gate, torch.Tensor) else type(gate).__name__
         raise ValueError(f"{public} must have shape {list(shape)}, got {got}")
     if not gate.is_floating_point():
         raise ValueError(f"{public} must be a floating-point tensor, got {gate.dtype}")
-    if not values:
+    if faults is None:
         return
     low, high = GATE_RANGES[name]
     outside = ~torch.isfinite(gate) | (gate < low)
     if high is not None:
         outside |= gate > high
-    if outside.any():
-        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{public} must lie in {bounds} (finite, not NaN)")
+    bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+    faults.add(outside.any(), f"{public} must lie in {bounds} (finite, not NaN)")
 
 
-def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool) -> None:
+def _check_state(memory, state, batch, heads, options: ScanOptions, faults: Faults | None) -> None:
     if not isinstance(state, MemoryState):
         raise ValueError("state must be a MemoryState (start one with memory.initial_state)")
     memory.check_weights(state.weights, batched=True, name="state.weights")
@@ -160,10 +189,10 @@ def _check_state(memory, state, batch, heads, options: ScanOptions, values: bool
         raise ValueError("state stands inside a chunk but has no base weights (state.base)")
     if state.base is not None:
         memory.check_weights(state.base, batched=True, name="state.base")
-    _check_state_tensors(state, values)
+    _check_state_tensors(state, faults)
 
 
-def _check_state_tensors(state: MemoryState, values: bool) -> None:
+def _check_state_tensors(state: MemoryState, faults: Faults | None) -> None:
     """One floating dtype for weights, momentum and base (the recurrence runs in it), and,
     with ``values``, finite values everywhere (the halo too, once the stream has started)."""
     dtype = next(iter(state.weights.values())).dtype
@@ -177,10 +206,10 @@ def _check_state_tensors(state: MemoryState, values: bool) -> None:
             raise ValueError(f"{name} must be floating point, got {x.dtype}")
         if x.dtype != dtype:
             raise ValueError(f"{name} has dtype {x.dtype}, the state's weights {dtype}")
-    if not values:
+    if faults is None:
         return
     if state.position > 0:  # at position 0 the halo is ignored (all zeros before the stream)
         named += [(f"state.{n}", getattr(state, n)) for n in ("halo_keys", "halo_values")]
     for name, x in named:
-        if x is not None and not torch.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or inf")
+        if x is not None:
+            faults.non_finite(name, x)
