@@ -23,11 +23,10 @@ from titans_atlas.generate import compiled_decode_step, generate
 WINDOW, CHUNK = 4, 3
 TINY = {"vocab_size": 50, "dim": 16, "depth": 1, "num_heads": 2, "window": WINDOW}
 # memory_scan's value checks (a host sync, a graph break) are skipped under compile once the
-# ops layer has its validate switch; until then a memory block is several graphs. The ATLAS
-# models also break at the polynomial map's lru_cache'd index table (ops/feature_maps.py).
+# ops layer has its validate switch; until then a memory block is several graphs.
 OPS_SKIP_VALUE_CHECKS = hasattr(titans_atlas.ops, "value_checks_enabled")
 ONE_GRAPH_PER_BLOCK = {"swa", "transformer"} | (
-    {"lmm", "mac", "mag", "mal"} if OPS_SKIP_VALUE_CHECKS else set()
+    set(ta.list_models()) if OPS_SKIP_VALUE_CHECKS else set()
 )
 slow = pytest.mark.slow
 
@@ -116,7 +115,7 @@ def test_inductor_training_step_and_decoding_equal_eager(name):
     strict=True,
     reason="memory_scan's NaN/range checks break the graph until ops skips them under compile",
 )
-@pytest.mark.parametrize("name", ["lmm", "mac"])
+@pytest.mark.parametrize("name", ["lmm", "mac", "atlas", "atlas++"])
 def test_a_one_block_forward_is_one_graph(name):
     ids = torch.randint(0, 50, (1, 16), generator=torch.Generator().manual_seed(3))
     explanation = torch._dynamo.explain(tiny(name, window=8, chunk_size=4))(ids)

@@ -221,6 +221,15 @@ def test_polynomial_map_width_and_values(dim, degree):
     assert polynomial_width(64, 2) == 2145
 
 
+@pytest.mark.parametrize("dim, degree", [(1, 3), (4, 2), (5, 3), (32, 2)])
+def test_polynomial_map_compiles_to_one_graph_with_the_same_monomials(dim, degree):
+    """Under torch.compile the monomial table is built from tensor ops (the eager cache is a
+    graph break); it must list the same monomials in the same order."""
+    x = torch.randn(2, 3, dim, dtype=torch.float64)
+    compiled = torch.compile(polynomial_features, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(x, degree), polynomial_features(x, degree))
+
+
 def test_polynomial_map_kernel_identities():
     """With unit coefficients: degree 1 gives 1 + x.y; the degree-2 block gives
     sum_{i<=j} x_i x_j y_i y_j = ((x.y)^2 + sum_i x_i^2 y_i^2) / 2."""

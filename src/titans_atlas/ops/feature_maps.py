@@ -29,10 +29,25 @@ def default_polynomial_coefficients(
 
 
 @lru_cache(maxsize=32)
-def _monomial_indices(dim: int, degree: int) -> torch.Tensor:
-    """``[n_monomials, degree]`` variable indices of each degree-``degree`` monomial."""
+def _cached_monomial_indices(dim: int, degree: int) -> torch.Tensor:
     combos = list(itertools.combinations_with_replacement(range(dim), degree))
     return torch.tensor(combos, dtype=torch.long)
+
+
+def monomial_indices(dim: int, degree: int, device: torch.device) -> torch.Tensor:
+    """``[n_monomials, degree]`` variable indices of each degree-``degree`` monomial, in
+    ``itertools.combinations_with_replacement`` order. Eager calls reuse a cached table;
+    ``torch.compile`` cannot trace the cache (a graph break), so a traced call builds the same
+    table from tensor ops of static shape (tests/ops/test_atlas.py checks they agree)."""
+    if torch.compiler.is_compiling():
+        every = torch.cartesian_prod(*[torch.arange(dim, device=device)] * degree)  # [dim^p, p]
+        sorted_rows = (every[:, 1:] >= every[:, :-1]).all(dim=-1)  # one row per monomial
+        count = 1  # C(dim - 1 + p, p) by products: math.comb refuses a symbolic dim
+        for i in range(1, degree + 1):
+            count = count * (dim - 1 + i) // i
+        rows = torch.nonzero_static(sorted_rows, size=count)
+        return every[rows[:, 0]]
+    return _cached_monomial_indices(dim, degree).to(device)
 
 
 def polynomial_features(
@@ -53,6 +68,6 @@ def polynomial_features(
     coefficients = coefficients.to(x.dtype)
     blocks = [coefficients[0] * torch.ones_like(x[..., :1]), coefficients[1] * x]
     for i in range(2, degree + 1):
-        index = _monomial_indices(x.shape[-1], i).to(x.device)  # [n_i, i]
+        index = monomial_indices(x.shape[-1], i, x.device)  # [n_i, i]
         blocks.append(coefficients[i] * x[..., index].prod(dim=-1))  # [..., n_i, i] -> [..., n_i]
     return torch.cat(blocks, dim=-1)
