@@ -11,6 +11,7 @@ from train_helpers import debug_config
 import titans_atlas as ta
 from helpers import CountSyncs
 from titans_atlas.checkpoint import CheckpointError
+from titans_atlas.ops.checks import Faults
 from titans_atlas.train import NonFiniteError, Trainer, resolve_model_dir, train
 from titans_atlas.train import checkpoint as ckpt
 from titans_atlas.train.diagnostics import check_finite
@@ -79,8 +80,20 @@ def test_a_diverged_carried_memory_is_named_with_the_step(tmp_path):
     from titans_atlas.ops.state import map_tensors
 
     trainer.carried = map_tensors(trainer.carried, lambda t: t * float("inf"))
-    with pytest.raises(NonFiniteError, match=r"step 2: the forward pass went non-finite"):
+    with pytest.raises(NonFiniteError, match=r"step 2: loss nan.*carried into the step: \[inf"):
         trainer.train_step()
+
+
+def test_a_training_step_reads_no_memory_value_checks(tmp_path, monkeypatch):
+    """The memory layers' per-call NaN checks (a host sync per scan call: per segment for MAC)
+    are off inside a step, whose own finite check covers them; on outside it."""
+    trainer = Trainer(debug_config(tmp_path, data__mode="stream", train__steps=3))
+    reads = []
+    monkeypatch.setattr(Faults, "raise_first", lambda faults: reads.append(len(faults.flags)))
+    trainer.train_step()
+    assert reads == []
+    trainer.model(torch.zeros(2, 64, dtype=torch.long))
+    assert len(reads) >= 2 and min(reads) > 0
 
 
 def test_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -34,35 +34,27 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
-def check_finite(model: torch.nn.Module, parallel: Parallel, step: int, loss: float) -> None:
+def check_finite(
+    model: torch.nn.Module, parallel: Parallel, step: int, loss: float, carried=None
+) -> None:
     """NonFiniteError on every rank when any rank's loss, parameters or gradients are not
     finite; ``step`` is the step being taken, before its optimizer step. The parameters'
-    names are looked up only once something is wrong."""
+    names, and the norms of the memory state ``carried`` into the step (stream mode), are
+    looked up only once something is wrong."""
     params = [local_tensor(p) for p in model.parameters()]
     grads = [local_tensor(p.grad) for p in model.parameters() if p.grad is not None]
     finite = all_finite(params + grads) and math.isfinite(loss)
     if parallel.any(not finite):
         bad_params, bad_grads = non_finite_parameters(model)
         where = "" if parallel.world_size == 1 else f" (names from rank {parallel.rank})"
+        norms = [round(n, 2) for n in memory_state_norms(carried)]
         raise NonFiniteError(
             f"step {step}: loss {loss}; "
             f"non-finite parameters{where}: {bad_params or 'none'}; "
-            f"non-finite gradients: {bad_grads or 'none'}. Stopped before the optimizer "
-            "step: no checkpoint holds these values."
+            f"non-finite gradients: {bad_grads or 'none'}; "
+            f"memory state norms carried into the step: {norms or 'none (fresh state)'}. "
+            "Stopped before the optimizer step: no checkpoint holds these values."
         )
-
-
-def non_finite_forward(
-    err: ValueError, model: torch.nn.Module, carried, step: int
-) -> NonFiniteError:
-    """The NonFiniteError for a forward pass the memory refused as non-finite: the memory
-    state norms ``carried`` into ``step`` and the non-finite parameters."""
-    norms = [round(n, 2) for n in memory_state_norms(carried)]
-    return NonFiniteError(
-        f"step {step}: the forward pass went non-finite ({err}); memory state "
-        f"norms carried into the step: {norms or 'none (fresh state)'}; non-finite "
-        f"parameters: {non_finite_parameters(model)[0] or 'none'}"
-    )
 
 
 def memory_stats(
