@@ -64,7 +64,7 @@ class Faults:
 
     def add(self, bad: torch.Tensor, message: str) -> None:
         device = self.flags[0].device if self.flags else bad.device
-        self.flags.append(bad.to(device, non_blocking=True))
+        self.flags.append(bad.to(device))  # inputs on several devices: the scan refuses later
         self.messages.append(message)
 
     def non_finite(self, name: str, x: torch.Tensor) -> None:
