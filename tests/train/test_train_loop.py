@@ -2,6 +2,7 @@
 stop, atomic and verified checkpoints, and the model directory behind any run path."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from titans_atlas.train import NonFiniteError, Trainer, resolve_model_dir, train
 from titans_atlas.train import checkpoint as ckpt
 from titans_atlas.train.diagnostics import check_finite
 from titans_atlas.train.optim import parameter_groups
+from titans_atlas.train.runtime import memory_state_norms
 
 GOLDEN = Path(__file__).resolve().parents[1] / "assets" / "losses" / "debug_cpu.txt"
 TOLERANCE = 0.02  # absolute, in nats: exact on one machine; absorbs BLAS differences elsewhere
@@ -82,6 +84,7 @@ def test_a_diverged_carried_memory_is_named_with_the_step(tmp_path):
     trainer.carried = map_tensors(trainer.carried, lambda t: t * float("inf"))
     with pytest.raises(NonFiniteError, match=r"step 2: loss nan.*carried into the step: \[inf"):
         trainer.train_step()
+    assert trainer.step == 1 and math.isinf(memory_state_norms(trainer.carried)[0])
 
 
 def test_a_training_step_reads_no_memory_value_checks(tmp_path, monkeypatch):
@@ -94,6 +97,20 @@ def test_a_training_step_reads_no_memory_value_checks(tmp_path, monkeypatch):
     assert reads == []
     trainer.model(torch.zeros(2, 64, dtype=torch.long))
     assert len(reads) >= 2 and min(reads) > 0
+
+
+@pytest.mark.parametrize("mode", ["packed", "stream"])
+def test_activation_checkpointing_recomputes_the_same_graph(tmp_path, mode):
+    """The recompute inside backward makes the forward's value-check choice again (a step
+    turns them off); a different choice records another graph, which checkpoint refuses."""
+    overrides = {"data__mode": mode, "train__steps": 2}
+    plain = Trainer(debug_config(tmp_path / "plain", **overrides))
+    recomputed = Trainer(
+        debug_config(tmp_path / "ckpt", train__activation_checkpoint=True, **overrides)
+    )
+    for _ in range(2):
+        expected, got = plain.train_step(), recomputed.train_step()
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
 
 def test_crash_mid_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

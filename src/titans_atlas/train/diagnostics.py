@@ -31,7 +31,9 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     """Whether every entry of every tensor is finite, with one host sync for the whole list:
     a sync per tensor would drain a GPU's launch queue once per parameter every step."""
     flags = [torch.isfinite(tensor).all() for tensor in tensors]
-    return bool(torch.stack(flags).all()) if flags else True
+    if not flags:
+        return True
+    return bool(torch.stack([flag.to(flags[0].device) for flag in flags]).all())
 
 
 def check_finite(

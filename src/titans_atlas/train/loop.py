@@ -154,7 +154,11 @@ class Trainer:
             counts.append(float(scored))
             tokens += inputs.numel()
         loss = self._mean_loss(sums, counts)
-        check_finite(self.model, self.parallel, self.step + 1, loss, carried_in)
+        try:
+            check_finite(self.model, self.parallel, self.step + 1, loss, carried_in)
+        except NonFiniteError:
+            self.carried = carried_in  # the step does not happen, nor does its state
+            raise
         if self.stream and not self.parallel.any(fresh):
             for param in initial_weight_parameters(self.model):
                 param.grad = None  # no stream started: as one process, no gradient

@@ -15,6 +15,7 @@ import torch
 
 from ..layers.neural_memory import NeuralMemory
 from ..models.backbone import LanguageModel, ModelState
+from ..ops import validating, value_checks_enabled
 from ..ops.state import MemoryState
 from .config import TrainConfig
 
@@ -52,7 +53,18 @@ def enable_activation_checkpointing(model: LanguageModel) -> None:
     for block in model.blocks:
 
         def forward(*args: Any, _inner=block.forward, **kwargs: Any):
-            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+            if torch.compiler.is_compiling():  # value checks never run while tracing
+                return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+            # The recompute runs inside backward, outside the caller's ``validating`` block
+            # (and on another thread on CUDA): it must make the forward's choice again, or it
+            # records another graph and checkpoint refuses it.
+            enabled = value_checks_enabled()
+
+            def run(*inner_args: Any, **inner_kwargs: Any):
+                with validating(enabled):
+                    return _inner(*inner_args, **inner_kwargs)
+
+            return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
         block.forward = forward
 
