@@ -38,8 +38,9 @@ class AffineMemory(MemoryModel):
 
 
 class CountSyncs(TorchDispatchMode):
-    """Counts host syncs: reads of a tensor's value into Python (``.item()``, ``bool(t)``),
-    each of which waits for a GPU's queue to drain."""
+    """Counts reads of a tensor's value into Python (``.item()``, ``bool(t)``, ``int(t)``:
+    aten's ``_local_scalar_dense``), each a host sync on a GPU. Other syncs (``nonzero``,
+    ``.cpu()``) are not counted; the code these tests guard makes none."""
 
     def __init__(self) -> None:
         super().__init__()
