@@ -17,17 +17,13 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounter
 
 import titans_atlas as ta
-import titans_atlas.ops
 from titans_atlas.generate import compiled_decode_step, generate
 
 WINDOW, CHUNK = 4, 3
 TINY = {"vocab_size": 50, "dim": 16, "depth": 1, "num_heads": 2, "window": WINDOW}
-# memory_scan's value checks (a host sync, a graph break) are skipped under compile once the
-# ops layer has its validate switch; until then a memory block is several graphs.
-OPS_SKIP_VALUE_CHECKS = hasattr(titans_atlas.ops, "value_checks_enabled")
-ONE_GRAPH_PER_BLOCK = {"swa", "transformer"} | (
-    set(ta.list_models()) if OPS_SKIP_VALUE_CHECKS else set()
-)
+# memory_scan skips its value checks (a host sync, a graph break) under compile, so every
+# model's block is one graph
+ONE_GRAPH_PER_BLOCK = set(ta.list_models())
 slow = pytest.mark.slow
 
 
@@ -110,11 +106,6 @@ def test_inductor_training_step_and_decoding_equal_eager(name):
 
 
 @slow
-@pytest.mark.xfail(
-    not OPS_SKIP_VALUE_CHECKS,
-    strict=True,
-    reason="memory_scan's NaN/range checks break the graph until ops skips them under compile",
-)
 @pytest.mark.parametrize("name", ["lmm", "mac", "atlas", "atlas++"])
 def test_a_one_block_forward_is_one_graph(name):
     ids = torch.randint(0, 50, (1, 16), generator=torch.Generator().manual_seed(3))

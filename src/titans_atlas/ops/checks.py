@@ -194,7 +194,7 @@ def _check_state(memory, state, batch, heads, options: ScanOptions, faults: Faul
 
 def _check_state_tensors(state: MemoryState, faults: Faults | None) -> None:
     """One floating dtype for weights, momentum and base (the recurrence runs in it), and,
-    with ``values``, finite values everywhere (the halo too, once the stream has started)."""
+    with ``faults``, finite values everywhere (the halo too, once the stream has started)."""
     dtype = next(iter(state.weights.values())).dtype
     named = [
         (f"state.{group}[{key!r}]", x)
