@@ -12,6 +12,7 @@ from titans_atlas.cli import main
 from titans_atlas.eval.distance import format_recall_table, recall_accuracy
 from titans_atlas.train import Trainer, build_config, make_task
 from titans_atlas.train.recall_report import control_config
+from titans_atlas.train.tasks import TaskBatches
 
 TINY = [
     "model.dim=16",
@@ -109,6 +110,39 @@ def test_multi_query_task_names_a_bad_argument(args, word):
 def test_distance_task_names_a_bad_distance(args):
     with pytest.raises(ValueError, match="distance"):
         make_task("kv_distance", 40, args)
+
+
+def test_task_streams_reset_each_row_every_n_batches_staggered():
+    task = make_task("kv_multi", 32, {"num_pairs": 2})
+    batches = TaskBatches(task, batch_size=3, seed=0, stream_windows=4)
+    resets = torch.stack([batches.next().reset for _ in range(8)])  # [batch n, row r]
+    expected = (torch.arange(8)[:, None] + torch.arange(3)) % 4 == 0
+    assert torch.equal(resets, expected)
+    # a rank sees its own rows of the same global pattern
+    rank1 = TaskBatches(task, batch_size=1, seed=0, rank=1, world_size=3, stream_windows=4)
+    assert [bool(rank1.next().reset[0]) for _ in range(8)] == expected[:, 1].tolist()
+    assert TaskBatches(task, 3, seed=0).next().reset is None  # packed: every batch fresh
+
+
+def test_stream_mode_on_a_task_carries_the_state_and_resumes_exactly(tmp_path):
+    stream = ["data.mode=stream", "data.stream_tokens=96", "train.steps=6"]
+    config = build_config("recall", overrides=[*TINY, *stream, f"train.out_dir={tmp_path / 'a'}"])
+    trainer = Trainer(config)
+    trainer.train_step()
+    trainer.train_step()
+    assert trainer.carried is not None and trainer.carried.position == 64  # two windows
+    straight = trainer.run().losses
+    second = [*TINY, *stream, "train.checkpoint_every=3", f"train.out_dir={tmp_path / 'b'}"]
+    Trainer(build_config("recall", overrides=[*second, "train.steps=3"])).run()
+    resumed = Trainer(build_config("recall", overrides=second), resume=True).run().losses
+    assert [resumed[s] for s in (4, 5, 6)] == [straight[s] for s in (4, 5, 6)]
+
+
+@pytest.mark.parametrize("tokens", [0, 40])
+def test_stream_mode_on_a_task_needs_a_stream_length(tmp_path, tokens):
+    overrides = [*TINY, "data.mode=stream", f"data.stream_tokens={tokens}"]
+    with pytest.raises(ValueError, match=r"data\.stream_tokens"):
+        Trainer(build_config("recall", overrides=[*overrides, f"train.out_dir={tmp_path}"]))
 
 
 def test_control_must_be_a_model_and_null_clears_it():

@@ -54,7 +54,7 @@ class DataConfig:
     hf_split: str = "train"
     hf_config: str | None = None
     hf_streaming: bool = False
-    stream_tokens: int = 0  # stream mode: cut documents into streams of at most this (0: auto)
+    stream_tokens: int = 0  # stream mode: streams of at most this (0: auto; a task needs it)
     task_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -108,10 +108,25 @@ def _streamed_hf(config: RunConfig, tokenizer: Tokenizer, rank: int, world_size:
     )
 
 
+def _task_stream_windows(config: RunConfig) -> int:
+    """Stream mode on a task: the windows of ``seq_len`` in each row's carried stream (0 in
+    packed mode). A task has no documents to cut, so the stream's length must be given."""
+    tokens, seq_len = config.data.stream_tokens, config.train.seq_len
+    if config.data.mode != "stream":
+        return 0
+    if tokens <= 0 or tokens % seq_len:
+        raise ValueError(
+            "a task in data.mode='stream' needs data.stream_tokens, the length of each row's "
+            f"carried stream, as a positive multiple of train.seq_len={seq_len}; got {tokens}"
+        )
+    return tokens // seq_len
+
+
 def _task_pipeline(config: RunConfig, rank: int, world_size: int) -> Pipeline:
     loop = config.train
     task = make_task(config.data.source.removeprefix("task:"), loop.seq_len, config.data.task_args)
-    train = TaskBatches(task, loop.batch_size, loop.seed, rank, world_size)
+    windows = _task_stream_windows(config)
+    train = TaskBatches(task, loop.batch_size, loop.seed, rank, world_size, windows)
     count = max(
         1, math.ceil((loop.eval_tokens or 4096) / (loop.batch_size * world_size * loop.seq_len))
     )

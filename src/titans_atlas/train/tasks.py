@@ -250,18 +250,39 @@ def make_task(name: str, seq_len: int, args: dict[str, Any]) -> Task:
 
 class TaskBatches:
     """Batches of a task; batch n comes from a generator seeded with (seed, n), so the
-    cursor is one integer and every world size sees the same global batches."""
+    cursor is one integer and every world size sees the same global batches.
 
-    def __init__(self, task: Task, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
+    ``stream_windows`` > 0 (stream mode): each row is a stream of that many consecutive task
+    sequences, read with the model state carried from one to the next; global row r starts
+    a fresh stream at the batches n with (n + r) % stream_windows == 0, so the rows' streams
+    are staggered and every batch holds state ages from 0 to stream_windows - 1 windows.
+    0: every batch starts fresh (``reset`` None), as packed mode."""
+
+    def __init__(
+        self,
+        task: Task,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        stream_windows: int = 0,
+    ):
+        if stream_windows < 0:
+            raise ValueError(f"stream_windows must be >= 0, got {stream_windows}")
         self.task, self.batch_size, self.seed = task, batch_size, seed
         self.rank, self.world_size, self.step = rank, world_size, 0
+        self.stream_windows = stream_windows
 
     def next(self) -> Batch:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step)
         inputs, labels = self.task.sample(self.batch_size * self.world_size, generator)
-        self.step += 1
         mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        return Batch(inputs[mine].contiguous(), labels[mine].contiguous())
+        reset = None
+        if self.stream_windows:
+            rows = torch.arange(inputs.shape[0])[mine]  # global row indices
+            reset = (self.step + rows) % self.stream_windows == 0
+        self.step += 1
+        return Batch(inputs[mine].contiguous(), labels[mine].contiguous(), reset)
 
     def state_dict(self) -> dict:
         return {"kind": "task", "step": self.step}
