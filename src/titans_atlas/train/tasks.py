@@ -252,11 +252,13 @@ class TaskBatches:
     """Batches of a task; batch n comes from a generator seeded with (seed, n), so the
     cursor is one integer and every world size sees the same global batches.
 
-    ``stream_windows`` > 0 (stream mode): each row is a stream of that many consecutive task
+    ``stream_windows`` = W > 0 (stream mode): each row is a stream of W consecutive task
     sequences, read with the model state carried from one to the next; global row r starts
-    a fresh stream at the batches n with (n + r) % stream_windows == 0, so the rows' streams
-    are staggered and every batch holds state ages from 0 to stream_windows - 1 windows.
-    0: every batch starts fresh (``reset`` None), as packed mode."""
+    a fresh stream at the batches n (drawn batches, micro-batches under accumulation) with
+    (n + r) % W == 0. The ages in one batch are a run of consecutive values mod W, so with at
+    least W global rows every batch holds every age from 0 to W - 1 windows; with fewer,
+    some batches hold no fresh row. 0: every batch starts fresh (``reset`` None), as packed
+    mode."""
 
     def __init__(
         self,
