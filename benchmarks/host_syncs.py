@@ -16,20 +16,10 @@ import argparse
 import tempfile
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import titans_atlas as ta
+from titans_atlas.ops.checks import CountSyncs
 from titans_atlas.train import Trainer, build_config
-
-
-class CountSyncs(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.overloadpacket is torch.ops.aten._local_scalar_dense
-        return func(*args, **(kwargs or {}))
 
 
 def forward_syncs(name: str, validate: bool) -> int:

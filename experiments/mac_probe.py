@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -46,11 +47,17 @@ def capture(model, inputs: torch.Tensor) -> list[dict[str, torch.Tensor]]:
     layers = [m for m in model.modules() if isinstance(m, neural_memory.NeuralMemory)]
     seen = {id(m): {"k": [], "v": []} for m in layers}
     current, scan = [None], neural_memory.memory_scan
+    retrieve = neural_memory.NeuralMemory.retrieve
 
     def recording(memory, q, k, v, *args, **kwargs):
         seen[current[0]]["k"].append(k)
         seen[current[0]]["v"].append(v.flatten(2))
         return scan(memory, q, k, v, *args, **kwargs)
+
+    def retrieving(self, *args, **kwargs):  # MAC's read-only retrieval; other blocks have none
+        output = retrieve(self, *args, **kwargs)
+        seen[id(self)]["h"] = output[0][:, -1]
+        return output
 
     def enter(module, args):
         current[0] = id(module)
@@ -58,40 +65,20 @@ def capture(model, inputs: torch.Tensor) -> list[dict[str, torch.Tensor]]:
     def leave(module, args, output):
         seen[id(module)]["read"] = output[0][:, -1]
 
-    def retrieved(module, args, output):
-        seen[id(module.memory)]["h"] = output[0][:, -1]
-
     hooks = [m.register_forward_pre_hook(enter) for m in layers]
     hooks += [m.register_forward_hook(leave) for m in layers]
-    hooks += [_retrieve_hook(block, retrieved) for block in model.blocks]
-    neural_memory.memory_scan = recording
     try:
-        with torch.no_grad():
+        with (
+            mock.patch.object(neural_memory, "memory_scan", recording),
+            mock.patch.object(neural_memory.NeuralMemory, "retrieve", retrieving),
+            torch.no_grad(),
+        ):
             model(inputs)
     finally:
-        neural_memory.memory_scan = scan
         for hook in hooks:
             hook.remove()
     return [{**seen[id(m)], **{name: torch.cat(seen[id(m)][name], 1) for name in "kv"}}
             for m in layers]  # fmt: skip
-
-
-def _retrieve_hook(block, record):
-    """Record MAC's retrieval (a call of ``memory.retrieve``; other blocks have none)."""
-    memory, original = block.memory, block.memory.retrieve
-
-    def wrapped(*args, **kwargs):
-        output = original(*args, **kwargs)
-        record(block, args, output)
-        return output
-
-    memory.retrieve = wrapped
-
-    class Undo:
-        def remove(self):
-            del memory.retrieve
-
-    return Undo()
 
 
 def probe(features: torch.Tensor, target: torch.Tensor, classes: int) -> float:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..validation import check_choice
 from .memory_models import MemoryModel
@@ -213,3 +214,18 @@ def _check_state_tensors(state: MemoryState, faults: Faults | None) -> None:
     for name, x in named:
         if x is not None:
             faults.non_finite(name, x)
+
+
+class CountSyncs(TorchDispatchMode):
+    """Counts reads of a tensor's value into Python (``.item()``, ``bool(t)``, ``int(t)``:
+    aten's ``_local_scalar_dense``), each a host sync on a GPU: ``with CountSyncs() as
+    syncs: ...; syncs.count``. Other syncs (``nonzero``, ``.cpu()``) are not counted; the
+    hot path makes none. Used by the tests and ``benchmarks/host_syncs.py``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket is torch.ops.aten._local_scalar_dense
+        return func(*args, **(kwargs or {}))
