@@ -16,6 +16,10 @@ tokens. ``--tiny``: dim 32, 2 heads, chunk 8, 1 x 32 tokens, one timed call.
   TFLOP/s count the torch chunked form's matmul FLOPs (``FlopCounterMode``, forward or
   forward+backward) for every implementation -- the same useful work; the fused backward's
   recomputation is not credited.
+* **ns5**: one chunk of per-token Muon's NS5 (every token's momentum of both weights of a
+  residual MLP memory, 64 x 256 per head at these shapes): ``ops.newton_schulz5`` (three
+  batched BLAS calls a step) vs the fused ``newton_schulz5_triton``; TFLOP/s of the NS5 count
+  (memory_scan.py's count: the backward credited with one recompute).
 * **kernels**: GPU kernels launched by one forward (``torch.profiler``); on the CPU the count
   of CPU-side operator events instead, labelled so.
 * **peak**: an n^3 ``torch.matmul`` in bf16 and in fp32 (TF32 off), measured in the same run.
@@ -48,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = dict(dim=1024, heads=16, expansion=4, chunk=64, batch=2, tokens=4096)
 TINY = dict(dim=32, heads=2, expansion=4, chunk=8, batch=1, tokens=32)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+MODES = ("fwd", "fwdbwd")
 
 
 def sync(device: str) -> None:
@@ -188,6 +193,34 @@ def op_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
     return step
 
 
+def ns5_matrices(shape: dict) -> tuple[int, int, int]:
+    """One chunk of per-token Muon on the residual MLP memory (head -> x4 -> head): both
+    weights are head x (x4 head) wide, one momentum per token, weight, head and sample."""
+    head = shape["dim"] // shape["heads"]
+    count = 2 * shape["batch"] * shape["heads"] * shape["chunk"]
+    return count, head, shape["expansion"] * head
+
+
+def ns5_step(impl: str, shape: dict, dtype: str, mode: str, device: str):
+    """One chunk's NS5: the torch form (``ops.newton_schulz5``) or the fused kernel."""
+    from titans_atlas.ops import newton_schulz5
+
+    if impl == "triton":
+        from titans_atlas.ops.triton.newton_schulz import newton_schulz5_triton as newton_schulz5
+    torch.manual_seed(0)
+    x = torch.randn(ns5_matrices(shape), device=device, dtype=DTYPES[dtype])
+    if mode == "fwd":
+        return lambda: _no_grad(lambda: newton_schulz5(x))
+    x.requires_grad_(True)
+    probe = torch.randn_like(x)
+
+    def step():
+        (newton_schulz5(x) * probe).sum().backward()
+        x.grad = None
+
+    return step
+
+
 def _no_grad(fn):
     with torch.no_grad():
         return fn()
@@ -209,7 +242,7 @@ def measure(name: str, build, args, shape: dict, flops: dict | None = None) -> l
     """Time ``build(...)`` per dtype and mode; ``flops`` [(dtype, mode)]: the op's FLOPs."""
     rows = []
     for dtype in args.dtypes:
-        for mode in ("fwd", "fwdbwd"):
+        for mode in MODES:
             row = dict(case=name, dtype=dtype, mode=mode)
             try:
                 step = build(shape=shape, dtype=dtype, mode=mode, device=args.device)
@@ -277,13 +310,22 @@ def main() -> None:
     flops = {
         (dtype, mode): counted_flops(op_step("chunk", shape, dtype, mode, args.device))
         for dtype in args.dtypes
-        for mode in ("fwd", "fwdbwd")
+        for mode in MODES
     }
     rows = []
     for impl in args.impls:
         rows += measure(f"op {impl}", partial(op_step, impl), args, shape, flops)
     for impl in args.impls:
         rows += measure(f"layer {impl}", partial(layer_step, impl), args, shape)
+    # NS5 rows: "tokens/s" are the chunk's tokens of per-token Muon (batch x chunk per call)
+    from memory_scan import ns5_flops  # benchmarks/: the same count as the CPU benchmark
+
+    count, m, n = ns5_matrices(shape)
+    ns5 = {(d, mode): count * ns5_flops(m, n, mode) for d in args.dtypes for mode in MODES}
+    for impl in ("torch", "triton"):
+        ns5_shape = dict(shape, tokens=shape["chunk"])
+        rows += measure(f"ns5 {impl} ({count} x {m} x {n})", partial(ns5_step, impl), args,
+                        ns5_shape, ns5)  # fmt: skip
     try:
         import titans_pytorch  # noqa: F401
 

@@ -218,7 +218,6 @@ def test_inference_without_saved_states_gives_the_same_result(memory_id):
 @pytest.mark.parametrize(
     "memory, option, match",
     [
-        (MEMORIES["mlp"], dict(muon=True), "muon"),
         (GatedMLPMemory(dim_in=5, dim_out=3), {}, "memory=GatedMLPMemory"),
         (MLPMemory(dim_in=5, dim_out=3, depth=3), {}, "depth=3"),
     ],

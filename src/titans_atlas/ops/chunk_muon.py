@@ -13,6 +13,8 @@ so their momenta come out of one matmul and go through one batched NS5.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from einops import rearrange
 
@@ -63,6 +65,7 @@ def muon_chunk_step(
     *,
     checkpointed: bool = False,
     max_grad_norm: float | None = None,
+    newton_schulz: Callable[..., torch.Tensor] = newton_schulz5,
 ):
     """One chunk: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at ``base`` (clipped to
     ``max_grad_norm`` per token and weight before they enter the momenta), the chunk starts
@@ -70,13 +73,14 @@ def muon_chunk_step(
     Returns (y ``[B, H, C, Dv]``, W_end, S_end). Materialises this chunk's M momenta of each
     weight, ``[B, H, M, m, n]``. ``checkpointed``: the step runs under activation
     checkpointing, so NS5 may keep its iterates (only the recompute's are kept, one chunk at
-    a time) instead of recomputing."""
+    a time) instead of recomputing. ``newton_schulz``: the NS5 implementation (the torch
+    form, or the fused Triton kernel of ``impl="triton"``)."""
     factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
     tall = {name: a.shape[-1] > b.shape[-1] for name, (a, b) in factors.items()}
     orthogonal, new_momentum = {}, {}
     for names in _wide_groups(factors).values():
         rows = _momenta(coef, factors, momentum, names)  # [G, B, H, M, m, n]
-        orthogonalised = newton_schulz5(rows, save_iterates=checkpointed)
+        orthogonalised = newton_schulz(rows, save_iterates=checkpointed)
         for name, ortho, last in zip(names, orthogonalised, rows[:, :, :, -1]):
             orthogonal[name] = ortho  # contiguous: the group axis leads
             last = last.transpose(-1, -2) if tall[name] else last

@@ -90,8 +90,8 @@ def memory_scan(
         impl: "chunk", "reference" or "auto" (the per-token loop for calls of at most
             max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise), or
             "triton": the chunked form with its chunk loop fused into Triton kernels (CUDA,
-            extra [triton]; the Titans momentum rule and linear / depth-2 MLP memories only,
-            a ValueError naming anything else; docs/gpu.md).
+            extra [triton]; the Titans momentum rule with linear / depth-2 MLP memories, a
+            ValueError naming anything else; the Muon rules with NS5 fused; docs/gpu.md).
         checkpoint: recompute each chunk in backward (memory O(chunks x state + one chunk)).
         update_rule: the rule by name, "momentum", "muon" or "muon_chunk" (``UPDATE_RULES``);
             the alternative to ``muon=`` (give one of the two).

@@ -13,6 +13,7 @@ at chunk n's base weights.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -33,6 +34,7 @@ from .coefficients import (
     safe_log1m,
 )
 from .memory_models import MemoryModel
+from .newton_schulz import newton_schulz5
 from .options import MemoryGates, ScanOptions
 from .state import MemoryState, TensorDict, last_tokens
 
@@ -172,9 +174,11 @@ def memory_scan_chunk(
     gates: MemoryGates,
     state: MemoryState,
     options: ScanOptions,
+    newton_schulz: Callable[..., torch.Tensor] = newton_schulz5,
 ) -> tuple[torch.Tensor, MemoryState]:
     """Chunked dual form; same arguments and result as ``memory_scan_reference`` (inputs
-    checked, in the compute dtype, halo prepared)."""
+    checked, in the compute dtype, halo prepared). ``newton_schulz``: the NS5 the Muon rules
+    use, ``newton_schulz5``'s signature (``impl="triton"`` passes its fused kernel)."""
     length, size, window = q.shape[1], options.chunk_size, options.omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
@@ -190,7 +194,12 @@ def memory_scan_chunk(
     else:
         per_chunk = options.update_rule == "muon_chunk"
         coefs = muon_coefficients(grid_gates, options.read, per_chunk)
-        step = partial(muon_chunk_step, checkpointed=options.checkpoint, max_grad_norm=clip)
+        step = partial(
+            muon_chunk_step,
+            checkpointed=options.checkpoint,
+            max_grad_norm=clip,
+            newton_schulz=newton_schulz,
+        )
     q_grid = _to_grid(q, left, right, size)  # [B, H, N, C, Dk]
     k_cols = _key_windows(k, halo_k, left, right, size)  # [B, H, N, U, Dk]
     v_cols = _key_windows(v, halo_v, left, right, size)  # [B, H, N, U, Dv]

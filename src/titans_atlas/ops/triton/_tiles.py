@@ -13,6 +13,9 @@ import triton
 import triton.language as tl
 
 GELU, SILU = 0, 1  # activation codes passed as constexpr
+# tl.dot input precision for float32: exact ("ieee", the default, as the torch form), three
+# TF32 products ("tf32x3", about float32 accuracy on tensor cores) or one ("tf32", ~1e-3).
+PRECISIONS = ("ieee", "tf32x3", "tf32")
 
 
 def interpreter_requested() -> bool:

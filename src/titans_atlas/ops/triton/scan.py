@@ -12,6 +12,7 @@ for the MLP memory -- is one kernel forward and one backward (docs/gpu.md).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from einops import rearrange
@@ -19,25 +20,15 @@ from einops import rearrange
 from ..coefficients import MomentumCoefficients, momentum_coefficients
 from ..memory_models import LinearMemory, MemoryModel, MLPMemory
 from ..options import MemoryGates, ScanOptions
-from ..scan_chunk import _grid_gates, _key_windows, _to_grid
+from ..scan_chunk import _grid_gates, _key_windows, _to_grid, memory_scan_chunk
 from ..state import MemoryState, last_tokens
-from ._tiles import interpreter_requested, interpreting
+from ._tiles import PRECISIONS, interpreter_requested, interpreting
 from .autograd import ACTIVATION_CODES, LinearScan, MLPScan
-
-# tl.dot input precision for float32: exact ("ieee", the default, as the torch form), three
-# TF32 products ("tf32x3", about float32 accuracy on tensor cores) or one ("tf32", ~1e-3).
-PRECISIONS = ("ieee", "tf32x3", "tf32")
+from .newton_schulz import newton_schulz5_triton
 
 
-def check_supported(
-    memory: MemoryModel, options: ScanOptions, device: torch.device, dtype: torch.dtype
-) -> None:
-    """Raise ValueError naming the option the fused kernels do not implement."""
-    if options.update_rule != "momentum":
-        raise ValueError(
-            "impl='triton' implements the Titans momentum rule only, got "
-            f"update_rule={options.update_rule!r} (use impl='chunk' for Muon)"
-        )
+def _check_fused_memory(memory: MemoryModel) -> None:
+    """The memories whose whole chunk step the momentum kernels implement."""
     if isinstance(memory, MLPMemory):
         if memory.depth != 2:
             raise ValueError(f"impl='triton' supports MLPMemory depth 2, got depth={memory.depth}")
@@ -45,9 +36,18 @@ def check_supported(
             raise ValueError(f"impl='triton' has no activation {memory.activation!r}")
     elif not isinstance(memory, LinearMemory):
         raise ValueError(
-            "impl='triton' supports LinearMemory and MLPMemory (depth 2), "
-            f"got memory={type(memory).__name__} (use impl='chunk')"
+            "impl='triton' supports LinearMemory and MLPMemory (depth 2) with the momentum "
+            f"rule, got memory={type(memory).__name__} (use impl='chunk')"
         )
+
+
+def check_supported(
+    memory: MemoryModel, options: ScanOptions, device: torch.device, dtype: torch.dtype
+) -> None:
+    """Raise ValueError naming the option the fused kernels do not implement. The Muon rules
+    run the torch chunk loop around the fused NS5, so they take any memory."""
+    if options.update_rule == "momentum":
+        _check_fused_memory(memory)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"impl='triton' computes in float32 or float64, got state dtype {dtype}")
     if interpreter_requested() != interpreting():
@@ -157,15 +157,23 @@ def memory_scan_triton(
 ) -> tuple[torch.Tensor, MemoryState]:
     """Fused chunked dual form; same arguments and result as ``memory_scan_chunk``.
 
-    ``options.checkpoint`` has no effect: the fused backward already recomputes every chunk
-    from its saved start state. ``precision`` is ``tl.dot``'s input precision for float32
-    (see ``PRECISIONS``); float64 is always exact.
+    The Muon rules ("muon", "muon_chunk") run ``memory_scan_chunk``'s loop with NS5 fused
+    (``newton_schulz5_triton``: one kernel per chunk forward and backward, instead of 26 and 76
+    operations); ``options.checkpoint`` then works as there. For the momentum rule it has no
+    effect: the fused backward already recomputes every chunk from its saved start state.
+    ``precision`` is ``tl.dot``'s input precision for float32 (see ``PRECISIONS``); float64 is
+    always exact.
     """
     dtype = next(iter(state.weights.values())).dtype
     check_supported(memory, options, q.device, dtype)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
+    if options.update_rule != "momentum":  # Muon: the torch chunk loop, NS5 fused
+        ns5 = partial(newton_schulz5_triton, precision=precision)
+        return memory_scan_chunk(
+            memory, q, k, v, gates=gates, state=state, options=options, newton_schulz=ns5
+        )
     batch, length, heads = q.shape[:3]
     size, window = options.chunk_size, options.omega_window
     left = state.position % size

@@ -1,0 +1,178 @@
+"""Muon's NS5 fused into one Triton program per matrix, forward and recomputing backward.
+
+Axes: P independent matrices (every token's momentum of every weight, head and sample in one
+chunk), each ``[m, n]`` in the wide orientation (m <= n).
+
+``newton_schulz5_triton`` has ``ops.newton_schulz5``'s signature and result. The torch form
+issues three batched BLAS calls per step and the normalisation around them (26 operations
+forward and 76 backward, counted on the CPU, for every chunk of a per-token Muon scan); here
+each program keeps its matrix in registers for all five steps, so a chunk's NS5 is one kernel
+launch forward and one backward (plus the output's allocation). The backward saves nothing but
+the input and its norm: it re-runs the five steps, writes the iterates X_k to a scratch buffer
+that lives only during that launch, and walks them in reverse (the same algebra as
+``_NewtonSchulz5.backward``; G_k and P_k are recomputed from X_k rather than stored).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from ..newton_schulz import NS5_COEFFICIENTS, _check_matrix, compute_dtype
+from ._tiles import PRECISIONS, block, device_function, interpreting, load_tile, store_tile
+
+# Untuned (no GPU has run this kernel): one matrix per program, held whole. 64 x 256 in fp32
+# is 64 KB of registers over 8 warps; larger matrices would spill, so they are refused.
+NUM_WARPS = 8
+MAX_BLOCK_ELEMENTS = 64 * 256
+
+
+@device_function
+def _gram_poly(x, b, c, PREC: tl.constexpr):
+    """G = X X^T and P = b G + c G^2 of one iterate X ``[m, n]``."""
+    gram = tl.dot(x, tl.trans(x), input_precision=PREC)
+    return gram, b * gram + c * tl.dot(gram, gram, input_precision=PREC)
+
+
+@device_function
+def _load_constants(constants):
+    """(a, b, c, eps) as scalars of the compute dtype: a float literal or argument would be
+    an fp32 constant in compiled Triton and cost float64 its precision."""
+    return (tl.load(constants), tl.load(constants + 1), tl.load(constants + 2),
+            tl.load(constants + 3))  # fmt: skip
+
+
+@triton.jit
+def ns5_forward_kernel(
+    x, out, norm_out, constants, M, N,
+    STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Program p: out[p] = NS5(x[p] / (||x[p]|| + eps)); norm_out[p] = ||x[p]||."""
+    p = tl.program_id(0)
+    rows, cols = tl.arange(0, BM), tl.arange(0, BN)
+    a, b, c, eps = _load_constants(constants)
+    matrix = load_tile(x + p * M * N, rows, cols, M, N, N)
+    norm = tl.sqrt(tl.sum(tl.sum(matrix * matrix, axis=1), axis=0))
+    matrix = matrix / (norm + eps)
+    for _ in tl.static_range(STEPS):
+        _gram, poly = _gram_poly(matrix, b, c, PREC)
+        matrix = a * matrix + tl.dot(poly, matrix, input_precision=PREC)
+    store_tile(out + p * M * N, matrix, rows, cols, M, N, N)
+    tl.store(norm_out + p, norm)
+
+
+@triton.jit
+def ns5_backward_kernel(
+    x, norm_in, grad_out, grad_in, scratch, constants, M, N,
+    STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Program p: grad_in[p] = d NS5(x[p]) / d x[p] applied to grad_out[p]. Step Y = a X + P X
+    with P = b G + c G^2, G = X X^T (G, P symmetric), Q = dY X^T + X dY^T:
+    dX = a dY + P dY + (b Q + c (Q G + G Q)) X."""
+    p = tl.program_id(0)
+    rows, cols = tl.arange(0, BM), tl.arange(0, BN)
+    a, b, c, eps = _load_constants(constants)
+    source = load_tile(x + p * M * N, rows, cols, M, N, N)
+    norm = tl.load(norm_in + p)
+    iterate = source / (norm + eps)
+    saved = scratch + p * STEPS * M * N
+    for k in tl.static_range(STEPS):
+        store_tile(saved + k * M * N, iterate, rows, cols, M, N, N)
+        _gram, poly = _gram_poly(iterate, b, c, PREC)
+        iterate = a * iterate + tl.dot(poly, iterate, input_precision=PREC)
+    tl.debug_barrier()  # the reverse walk reads iterates other threads wrote
+    grad = load_tile(grad_out + p * M * N, rows, cols, M, N, N)
+    for k in tl.static_range(STEPS):
+        iterate = load_tile(saved + (STEPS - 1 - k) * M * N, rows, cols, M, N, N)
+        gram, poly = _gram_poly(iterate, b, c, PREC)
+        d_poly = tl.dot(grad, tl.trans(iterate), input_precision=PREC)
+        sym = d_poly + tl.trans(d_poly)
+        mixed = tl.dot(sym, gram, input_precision=PREC)
+        d_gram = c * (mixed + tl.trans(mixed)) + b * sym
+        grad = a * grad + tl.dot(poly, grad, input_precision=PREC)
+        grad += tl.dot(d_gram, iterate, input_precision=PREC)
+    # X_0 = x s, s = 1 / (||x|| + eps): dx = s dX_0 - s^2 <dX_0, x> / ||x|| x (0 at x = 0)
+    scale = 1.0 / (norm + eps)
+    inner = tl.sum(tl.sum(grad * source, axis=1), axis=0)
+    safe_norm = tl.where(norm > 0, norm, 1.0)
+    correction = tl.where(norm > 0, scale * scale * inner / safe_norm, 0.0)
+    store_tile(grad_in + p * M * N, scale * grad - correction * source, rows, cols, M, N, N)
+
+
+def _launch_config(x: torch.Tensor, steps: int, precision: str) -> dict:
+    m, n = x.shape[-2:]
+    blocks = dict(BM=block(m), BN=block(n))
+    if blocks["BM"] * blocks["BN"] > MAX_BLOCK_ELEMENTS and not interpreting():
+        raise ValueError(
+            f"newton_schulz5_triton holds one matrix per program, at most "
+            f"{MAX_BLOCK_ELEMENTS} elements padded; got {m} x {n} (use ops.newton_schulz5)"
+        )
+    prec = "ieee" if x.dtype == torch.float64 else precision  # TF32 is a float32 mode
+    return dict(M=m, N=n, STEPS=steps, PREC=prec, num_warps=NUM_WARPS, **blocks)
+
+
+@functools.cache
+def _constants(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(a, b, c, eps) on the device, made once: no host-to-device copy per call."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.tensor([*NS5_COEFFICIENTS, eps], dtype=dtype, device=device)
+
+
+class _NewtonSchulz5Triton(torch.autograd.Function):
+    """NS5 of contiguous ``x`` ``[P, m, n]`` (m <= n, compute dtype). Saves x and its norms."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, steps: int, eps: float, precision: str) -> torch.Tensor:
+        config = _launch_config(x, steps, precision)
+        constants = _constants(eps, x.dtype, x.device)
+        out, norm = torch.empty_like(x), x.new_empty(x.shape[0])
+        if x.shape[0]:
+            ns5_forward_kernel[(x.shape[0],)](x, out, norm, constants, **config)
+        ctx.save_for_backward(x, norm)
+        ctx.config, ctx.constants = config, constants
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        (x, norm), constants = ctx.saved_tensors, ctx.constants
+        grad, d_x = grad.contiguous(), torch.empty_like(x)
+        scratch = x.new_empty(x.shape[0], ctx.config["STEPS"], *x.shape[1:])
+        if x.shape[0]:
+            ns5_backward_kernel[(x.shape[0],)](x, norm, grad, d_x, scratch, constants, **ctx.config)
+        return d_x, None, None, None
+
+
+def newton_schulz5_triton(
+    x: torch.Tensor,
+    steps: int = 5,
+    eps: float = 1e-7,
+    *,
+    save_iterates: bool = False,
+    precision: str = "ieee",
+) -> torch.Tensor:
+    """``ops.newton_schulz5`` in one Triton launch forward and one backward (CUDA, or the CPU
+    interpreter). ``save_iterates`` is accepted for the same signature and has no effect:
+    the backward always re-runs the iterates inside its one launch. ``precision``: tl.dot's
+    input precision for float32 ("ieee", "tf32x3", "tf32"); float64 is always exact."""
+    _check_matrix(x)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    if x.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"newton_schulz5_triton needs CUDA tensors (got device {x.device.type!r}); set "
+            "TRITON_INTERPRET=1 before triton is first imported to run it on the CPU"
+        )
+    tall = x.shape[-2] > x.shape[-1]
+    wide = x.transpose(-1, -2) if tall else x
+    shape = wide.shape
+    # [..., m, n] -> [P, m, n], contiguous in the compute dtype (a copy only when needed)
+    flat = wide.reshape(-1, *shape[-2:]).to(compute_dtype(x)).contiguous()
+    out = _NewtonSchulz5Triton.apply(flat, steps, eps, precision).reshape(shape).to(x.dtype)
+    return out.transpose(-1, -2) if tall else out

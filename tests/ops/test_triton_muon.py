@@ -1,0 +1,144 @@
+"""Muon's NS5 fused in Triton (ops/triton/newton_schulz.py) equals the reference iteration, and
+``memory_scan(..., impl="triton")`` with a Muon rule equals the per-token reference: outputs,
+final state and the gradients of every input. Without CUDA the kernel runs in Triton's CPU
+interpreter (tests/conftest.py sets TRITON_INTERPRET=1), in float64.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from test_triton import DEVICE, case
+
+from helpers import assert_close, check_parity, random_inputs, random_weights, run_both, scan
+from titans_atlas.ops import GatedMLPMemory, MLPMemory, newton_schulz5, newton_schulz5_reference
+from titans_atlas.ops.triton import newton_schulz as fused_ns5
+from titans_atlas.ops.triton import scan as triton_scan
+from titans_atlas.ops.triton.newton_schulz import newton_schulz5_triton
+
+BOTH = ("reference", "triton")
+
+
+def ns5_and_grad(fn, x: torch.Tensor, probe: torch.Tensor, **kwargs):
+    leaf = x.detach().clone().requires_grad_(True)
+    out = fn(leaf, **kwargs)
+    (out * probe).sum().backward()
+    return out.detach(), leaf.grad
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (3, 5, 7), (2, 16, 40), (2, 9, 4), (2, 3, 20, 33), (4, 17), (1, 7, 100)]
+)
+@pytest.mark.parametrize("steps", [0, 1, 5])
+def test_fused_ns5_equals_reference(shape, steps):
+    """Wide and tall matrices, odd sizes (masked tiles), leading batch axes, 0-5 steps."""
+    generator = torch.Generator().manual_seed(sum(shape) + steps)
+    x = torch.randn(shape, dtype=torch.float64, generator=generator).to(DEVICE)
+    probe = torch.randn(shape, dtype=torch.float64, generator=generator).to(DEVICE)
+    y, g = ns5_and_grad(newton_schulz5_triton, x, probe, steps=steps)
+    y_ref, g_ref = ns5_and_grad(newton_schulz5_reference, x, probe, steps=steps)
+    assert_close(y, y_ref, 1e-12, "NS5")
+    assert_close(g, g_ref, 1e-10, "gradient")
+
+
+def test_fused_ns5_at_zero_matches_the_torch_forms():
+    """x = 0: the output is 0 and the gradient that of x / (||x|| + eps) at 0, finite."""
+    x, probe = (torch.zeros(2, 4, 6, dtype=torch.float64, device=DEVICE) for _ in range(2))
+    probe += 1.0
+    y, g = ns5_and_grad(newton_schulz5_triton, x, probe)
+    y_ref, g_ref = ns5_and_grad(newton_schulz5, x, probe)
+    assert torch.equal(y, y_ref) and bool(torch.isfinite(g).all())
+    assert_close(g, g_ref, 1e-12, "gradient at 0")
+
+
+def test_fused_ns5_float32_and_bfloat16():
+    """float32 to float32 rounding of the reference; bf16 inputs computed in fp32, returned
+    in bf16 (as ``newton_schulz5``)."""
+    x = torch.randn(3, 16, 48, device=DEVICE)
+    exact = newton_schulz5_reference(x.double())
+    assert_close(newton_schulz5_triton(x).double(), exact, 1e-4, "float32")
+    half = newton_schulz5_triton(x.bfloat16())
+    assert half.dtype == torch.bfloat16
+    assert_close(half.double(), newton_schulz5(x.bfloat16()).double(), 1e-2, "bfloat16")
+
+
+def test_fused_ns5_bad_arguments_raise():
+    x = torch.randn(2, 4, 4, device=DEVICE)
+    with pytest.raises(ValueError, match="precision"):
+        newton_schulz5_triton(x, precision="fp8")
+    with pytest.raises(ValueError, match="steps"):
+        newton_schulz5_triton(x, steps=-1)
+    with pytest.raises(ValueError, match="x must be"):
+        newton_schulz5_triton(torch.randn(3, device=DEVICE))
+
+
+def test_fused_ns5_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
+    monkeypatch.setattr(fused_ns5, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match="CUDA"):
+        newton_schulz5_triton(torch.randn(2, 4, 4))
+
+
+@pytest.mark.parametrize(
+    "memory_id, length, chunk_size, read, window, muon",
+    [
+        ("mlp", 7, 3, "after", 1, True),
+        ("mlp-silu-res", 9, 4, "before", 2, True),
+        ("mlp", 7, 3, "after", 2, "chunk"),
+        ("linear", 5, 2, "after", 1, True),
+    ],
+)
+def test_muon_scan_with_fused_ns5_equals_reference(
+    memory_id, length, chunk_size, read, window, muon
+):
+    memory, inputs, weights, momentum = case(memory_id, length, window)
+    results = run_both(
+        memory, inputs, weights, momentum, impls=BOTH, chunk_size=chunk_size, read=read,
+        omega_window=window, muon=muon,
+    )  # fmt: skip
+    check_parity(results)
+
+
+def test_the_muon_scan_runs_the_fused_ns5(monkeypatch):
+    """impl="triton" with Muon goes through the kernel, once per chunk and wide shape."""
+    calls = []
+
+    def counted(x, *args, **kwargs):
+        calls.append(tuple(x.shape))
+        return newton_schulz5_triton(x, *args, **kwargs)
+
+    monkeypatch.setattr(triton_scan, "newton_schulz5_triton", counted)
+    memory, inputs, weights, _ = case("mlp", 7, 1)
+    scan(memory, inputs, memory.initial_state(weights, 1), chunk_size=3, muon=True, impl="triton")
+    # 3 chunks x the two wide shapes of 5 -> 10 -> 3 (W1 5 x 10, W2^T 3 x 10); per-token
+    # Muon: every token of a chunk in one call ([G, B, H, C, m, n])
+    assert sorted(calls) == sorted([(1, 1, 2, 3, 5, 10), (1, 1, 2, 3, 3, 10)] * 3)
+
+
+def test_muon_scan_with_fused_ns5_any_memory_and_the_clip():
+    """The Muon path runs the torch chunk loop, so memories the momentum kernels refuse (the
+    gated MLP, depth 3) work, and so does the per-token clip."""
+    for memory in (GatedMLPMemory(dim_in=5, dim_out=3), MLPMemory(dim_in=4, dim_out=4, depth=3)):
+        inputs = {n: x if x is None else x.to(DEVICE) for n, x in
+                  random_inputs(memory, 1, 6, 2, 2, torch.float64).items()}  # fmt: skip
+        weights = {n: w.to(DEVICE) for n, w in random_weights(memory, 2, torch.float64).items()}
+        state = memory.initial_state(weights, 1)
+        kwargs = dict(chunk_size=3, omega_window=2, muon=True, max_grad_norm=0.5)
+        y, s = scan(memory, inputs, state, impl="triton", **kwargs)
+        y_ref, s_ref = scan(memory, inputs, state, impl="reference", **kwargs)
+        assert_close(y, y_ref, 1e-9, type(memory).__name__)
+        for name in s.weights:
+            assert_close(s.weights[name], s_ref.weights[name], 1e-9, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled kernels)")
+@pytest.mark.parametrize("precision, rtol", [("ieee", 1e-3), ("tf32x3", 1e-3), ("tf32", 3e-2)])
+def test_cuda_float32_ns5_at_real_widths_matches_float64(precision, rtol):
+    """One chunk's momenta at the GPU benchmark's widths (64 x 256, 1,024 of them)."""
+    x = torch.randn(1024, 64, 256, device=DEVICE)
+    probe = torch.randn_like(x)
+    y, g = ns5_and_grad(newton_schulz5_triton, x, probe, precision=precision)
+    y_ref, g_ref = ns5_and_grad(newton_schulz5_reference, x.double(), probe.double())
+    assert_close(y.double(), y_ref, rtol, "NS5")
+    assert_close(g.double(), g_ref, rtol, "gradient")
