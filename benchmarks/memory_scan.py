@@ -3,6 +3,7 @@
     python benchmarks/memory_scan.py                 # everything, 2 threads, fp32
     python benchmarks/memory_scan.py --only titans   # or: atlas, muon, auto
     python benchmarks/memory_scan.py --only muon --tokens 64   # small sizes, a quick look
+    python benchmarks/memory_scan.py --only atlas --heads 16 --tokens 2048 --memory-only
 
 Configurations (issues 2 and 3):
 * titans: dim 384, one head, MLP memory 384 -> 1536 -> 384 (GELU), chunk 64, 2048 tokens,
@@ -228,8 +229,30 @@ def run_titans(args, peak: float) -> list[dict]:
     return rows
 
 
+def run_atlas_memory(args) -> list[dict]:
+    """Peak memory only (no timing) of forward+backward, without and with checkpointing: for
+    geometries too slow to time here (issue 16's 16 heads x 2,048 tokens)."""
+    rows = []
+    for checkpoint in (False, True):
+        config = {**CONFIGS["atlas"], "heads": args.heads, "checkpoint": checkpoint}
+        tokens = args.tokens or config["tokens"]
+        memory = _harness.peak_memory(
+            build_step, config, "fwdbwd", "chunk", tokens, threads=args.threads, warmup=0
+        )
+        row = dict(heads=args.heads, tokens=tokens, checkpoint=checkpoint, **memory)
+        rows.append(row)
+        print(
+            f"  {args.heads} heads x {tokens} tokens, batch 1, checkpoint={checkpoint}: "
+            f"{memory['peak_bytes'] / 2**20:,.0f} MB ({memory['method']})",
+            flush=True,
+        )
+    return rows
+
+
 def run_atlas(args, peak: float) -> list[dict]:
-    config = CONFIGS["atlas"]
+    if args.memory_only:
+        return run_atlas_memory(args)
+    config = {**CONFIGS["atlas"], "heads": args.heads}
     rows = [
         measure(config, mode, "chunk", args.repeats, args.threads, args.tokens)
         for mode in ("fwd", "fwdbwd")
@@ -324,6 +347,10 @@ def main() -> None:
     parser.add_argument("--only", choices=("titans", "atlas", "muon", "auto"))
     parser.add_argument(
         "--tokens", type=int, default=None, help="tokens for atlas/muon (default: 512)"
+    )
+    parser.add_argument("--heads", type=int, default=4, help="heads for atlas (default: 4)")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="atlas: peak memory only, no timing"
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)

@@ -76,9 +76,8 @@ def ns5_backward_kernel(
     p = tl.program_id(0)
     rows, cols = tl.arange(0, BM), tl.arange(0, BN)
     a, b, c, eps = _load_constants(constants)
-    source = load_tile(x + p * M * N, rows, cols, M, N, N)
     norm = tl.load(norm_in + p)
-    iterate = source / (norm + eps)
+    iterate = load_tile(x + p * M * N, rows, cols, M, N, N) / (norm + eps)
     saved = scratch + p * STEPS * M * N
     for k in tl.static_range(STEPS):
         store_tile(saved + k * M * N, iterate, rows, cols, M, N, N)
@@ -97,6 +96,7 @@ def ns5_backward_kernel(
         grad += tl.dot(d_gram, iterate, input_precision=PREC)
     # X_0 = x s, s = 1 / (||x|| + eps): dx = s dX_0 - s^2 <dX_0, x> / ||x|| x (0 at x = 0)
     scale = 1.0 / (norm + eps)
+    source = load_tile(x + p * M * N, rows, cols, M, N, N)  # reloaded: not live in the loops
     inner = tl.sum(tl.sum(grad * source, axis=1), axis=0)
     safe_norm = tl.where(norm > 0, norm, 1.0)
     correction = tl.where(norm > 0, scale * scale * inner / safe_norm, 0.0)
