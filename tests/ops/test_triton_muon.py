@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from test_inner_stability import target_of
 from test_triton import DEVICE, case
 
 from helpers import assert_close, check_parity, random_inputs, random_weights, run_both, scan
@@ -73,6 +74,14 @@ def test_fused_ns5_bad_arguments_raise():
         newton_schulz5_triton(torch.randn(3, device=DEVICE))
 
 
+def test_fused_ns5_refuses_tiles_too_large_to_hold():
+    """The limit is in bytes: float32 64 x 256 fits, float64 64 x 256 does not."""
+    with pytest.raises(ValueError, match="bytes"):
+        newton_schulz5_triton(torch.zeros(1, 64, 256, dtype=torch.float64, device=DEVICE))
+    with pytest.raises(ValueError, match="bytes"):
+        newton_schulz5_triton(torch.zeros(1, 65, 256, device=DEVICE))
+
+
 def test_fused_ns5_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
     monkeypatch.setattr(fused_ns5, "interpreting", lambda: False)
     with pytest.raises(ValueError, match="CUDA"):
@@ -115,20 +124,43 @@ def test_the_muon_scan_runs_the_fused_ns5(monkeypatch):
     assert sorted(calls) == sorted([(1, 1, 2, 3, 5, 10), (1, 1, 2, 3, 3, 10)] * 3)
 
 
-def test_muon_scan_with_fused_ns5_any_memory_and_the_clip():
+@pytest.mark.parametrize(
+    "memory, options",
+    [
+        (GatedMLPMemory(dim_in=5, dim_out=3), dict(max_grad_norm=0.5)),
+        (MLPMemory(dim_in=4, dim_out=4, depth=3), dict(checkpoint=True)),
+        (MLPMemory(dim_in=5, dim_out=3, expansion=2), dict(muon="chunk", checkpoint=True)),
+    ],
+)
+def test_muon_scan_with_fused_ns5_any_memory_the_clip_and_checkpointing(memory, options):
     """The Muon path runs the torch chunk loop, so memories the momentum kernels refuse (the
-    gated MLP, depth 3) work, and so does the per-token clip."""
-    for memory in (GatedMLPMemory(dim_in=5, dim_out=3), MLPMemory(dim_in=4, dim_out=4, depth=3)):
-        inputs = {n: x if x is None else x.to(DEVICE) for n, x in
-                  random_inputs(memory, 1, 6, 2, 2, torch.float64).items()}  # fmt: skip
-        weights = {n: w.to(DEVICE) for n, w in random_weights(memory, 2, torch.float64).items()}
-        state = memory.initial_state(weights, 1)
-        kwargs = dict(chunk_size=3, omega_window=2, muon=True, max_grad_norm=0.5)
-        y, s = scan(memory, inputs, state, impl="triton", **kwargs)
-        y_ref, s_ref = scan(memory, inputs, state, impl="reference", **kwargs)
-        assert_close(y, y_ref, 1e-9, type(memory).__name__)
-        for name in s.weights:
-            assert_close(s.weights[name], s_ref.weights[name], 1e-9, name)
+    gated MLP, depth 3) work, as do the per-token clip and per-chunk checkpointing."""
+    inputs = {n: x if x is None else x.to(DEVICE) for n, x in
+              random_inputs(memory, 2, 7, 2, 2, torch.float64).items()}  # fmt: skip
+    weights = {n: w.to(DEVICE) for n, w in random_weights(memory, 2).items()}
+    momentum = {n: torch.zeros(2, *w.shape, dtype=w.dtype, device=DEVICE) for n, w in
+                weights.items()}  # fmt: skip
+    options = dict(chunk_size=3, omega_window=2, muon=True) | options
+    check_parity(run_both(memory, inputs, weights, momentum, impls=BOTH, **options))
+
+
+def test_muon_scan_with_fused_ns5_decaying_to_a_target():
+    """decay_to with Muon (docs/memory.md, section 10), per sample; its gradient included."""
+    memory, inputs, weights, momentum = case("mlp", 8, window=2, batch=2)
+    target = {n: w.to(DEVICE) for n, w in target_of(memory, heads=2, batch=2).items()}
+    results = run_both(
+        memory, inputs, weights, momentum, impls=BOTH, extra_leaves=target.values(),
+        chunk_size=3, omega_window=2, muon=True, decay_to=target,
+    )  # fmt: skip
+    check_parity(results)
+    assert results[1][2][-1].abs().max() > 0
+
+
+def test_fused_ns5_of_no_matrices():
+    x = torch.randn(0, 4, 8, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    y = newton_schulz5_triton(x)
+    y.sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape
 
 
 @pytest.mark.gpu
@@ -142,3 +174,15 @@ def test_cuda_float32_ns5_at_real_widths_matches_float64(precision, rtol):
     y_ref, g_ref = ns5_and_grad(newton_schulz5_reference, x.double(), probe.double())
     assert_close(y.double(), y_ref, rtol, "NS5")
     assert_close(g.double(), g_ref, rtol, "gradient")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled kernels)")
+def test_cuda_ns5_past_int32_offsets_matches_the_torch_form():
+    """32,768 matrices of 64 x 256: the backward's scratch offsets pass 2^31 elements."""
+    x = torch.randn(32768, 64, 256, device=DEVICE)
+    probe = torch.randn_like(x)
+    y, g = ns5_and_grad(newton_schulz5_triton, x, probe)
+    y_ref, g_ref = ns5_and_grad(newton_schulz5, x, probe)
+    assert_close(y, y_ref, 1e-3, "NS5")
+    assert_close(g, g_ref, 1e-3, "gradient")

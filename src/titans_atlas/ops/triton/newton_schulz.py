@@ -6,16 +6,15 @@ chunk), each ``[m, n]`` in the wide orientation (m <= n).
 ``newton_schulz5_triton`` has ``ops.newton_schulz5``'s signature and result. The torch form
 issues three batched BLAS calls per step and the normalisation around them (26 operations
 forward and 76 backward, counted on the CPU, for every chunk of a per-token Muon scan); here
-each program keeps its matrix in registers for all five steps, so a chunk's NS5 is one kernel
-launch forward and one backward (plus the output's allocation). The backward saves nothing but
-the input and its norm: it re-runs the five steps, writes the iterates X_k to a scratch buffer
-that lives only during that launch, and walks them in reverse (the same algebra as
-``_NewtonSchulz5.backward``; G_k and P_k are recomputed from X_k rather than stored).
+each program keeps its matrix on chip for all five steps (meant to fit registers; untested on a
+GPU), so a chunk's NS5 is one kernel launch forward and one backward (plus the output's
+allocation). The backward saves nothing but the input and its norm: it re-runs the five steps,
+writes the iterates X_k to a scratch buffer that lives only during that launch, and walks them
+in reverse (the same algebra as ``_NewtonSchulz5.backward``; G_k and P_k are recomputed from
+X_k rather than stored).
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -25,10 +24,11 @@ from torch.autograd.function import once_differentiable
 from ..newton_schulz import NS5_COEFFICIENTS, _check_matrix, compute_dtype
 from ._tiles import PRECISIONS, block, device_function, interpreting, load_tile, store_tile
 
-# Untuned (no GPU has run this kernel): one matrix per program, held whole. 64 x 256 in fp32
-# is 64 KB of registers over 8 warps; larger matrices would spill, so they are refused.
+# Untuned (no GPU has run this kernel): one matrix per program, held whole. A 64 x 256 fp32
+# tile is 64 KB over 8 warps' registers, and the backward keeps several such tiles live, so
+# it may already spill; larger tiles (float64 at 64 x 256 included) are refused.
 NUM_WARPS = 8
-MAX_BLOCK_ELEMENTS = 64 * 256
+MAX_TILE_BYTES = 64 * 256 * 4
 
 
 @device_function
@@ -39,22 +39,24 @@ def _gram_poly(x, b, c, PREC: tl.constexpr):
 
 
 @device_function
-def _load_constants(constants):
-    """(a, b, c, eps) as scalars of the compute dtype: a float literal or argument would be
-    an fp32 constant in compiled Triton and cost float64 its precision."""
-    return (tl.load(constants), tl.load(constants + 1), tl.load(constants + 2),
-            tl.load(constants + 3))  # fmt: skip
+def _constants(dtype, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr):
+    """(a, b, c, eps) as scalars of the compute dtype, made in the kernel: no tensor argument
+    (nothing to copy to the device, nothing for a CUDA graph to capture), and no fp32
+    rounding of a float64 run."""
+    return (tl.full([], A, dtype), tl.full([], B, dtype), tl.full([], C, dtype),
+            tl.full([], EPS, dtype))  # fmt: skip
 
 
 @triton.jit
 def ns5_forward_kernel(
-    x, out, norm_out, constants, M, N,
+    x, out, norm_out, M, N,
     STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
+    A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr,
 ):  # fmt: skip
     """Program p: out[p] = NS5(x[p] / (||x[p]|| + eps)); norm_out[p] = ||x[p]||."""
-    p = tl.program_id(0)
+    p = tl.program_id(0).to(tl.int64)  # p * STEPS * M * N passes 2^31 at ~26k matrices
     rows, cols = tl.arange(0, BM), tl.arange(0, BN)
-    a, b, c, eps = _load_constants(constants)
+    a, b, c, eps = _constants(x.dtype.element_ty, A, B, C, EPS)
     matrix = load_tile(x + p * M * N, rows, cols, M, N, N)
     norm = tl.sqrt(tl.sum(tl.sum(matrix * matrix, axis=1), axis=0))
     matrix = matrix / (norm + eps)
@@ -67,15 +69,16 @@ def ns5_forward_kernel(
 
 @triton.jit
 def ns5_backward_kernel(
-    x, norm_in, grad_out, grad_in, scratch, constants, M, N,
+    x, norm_in, grad_out, grad_in, scratch, M, N,
     STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
+    A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr,
 ):  # fmt: skip
     """Program p: grad_in[p] = d NS5(x[p]) / d x[p] applied to grad_out[p]. Step Y = a X + P X
     with P = b G + c G^2, G = X X^T (G, P symmetric), Q = dY X^T + X dY^T:
     dX = a dY + P dY + (b Q + c (Q G + G Q)) X."""
-    p = tl.program_id(0)
+    p = tl.program_id(0).to(tl.int64)  # p * STEPS * M * N passes 2^31 at ~26k matrices
     rows, cols = tl.arange(0, BM), tl.arange(0, BN)
-    a, b, c, eps = _load_constants(constants)
+    a, b, c, eps = _constants(x.dtype.element_ty, A, B, C, EPS)
     norm = tl.load(norm_in + p)
     iterate = load_tile(x + p * M * N, rows, cols, M, N, N) / (norm + eps)
     saved = scratch + p * STEPS * M * N
@@ -103,23 +106,19 @@ def ns5_backward_kernel(
     store_tile(grad_in + p * M * N, scale * grad - correction * source, rows, cols, M, N, N)
 
 
-def _launch_config(x: torch.Tensor, steps: int, precision: str) -> dict:
+def _launch_config(x: torch.Tensor, steps: int, eps: float, precision: str) -> dict:
     m, n = x.shape[-2:]
     blocks = dict(BM=block(m), BN=block(n))
-    if blocks["BM"] * blocks["BN"] > MAX_BLOCK_ELEMENTS and not interpreting():
+    size = blocks["BM"] * blocks["BN"] * x.element_size()
+    if size > MAX_TILE_BYTES:
         raise ValueError(
-            f"newton_schulz5_triton holds one matrix per program, at most "
-            f"{MAX_BLOCK_ELEMENTS} elements padded; got {m} x {n} (use ops.newton_schulz5)"
+            f"newton_schulz5_triton holds one matrix per program, at most {MAX_TILE_BYTES} "
+            f"bytes padded; got {m} x {n} in {x.dtype} (use ops.newton_schulz5)"
         )
     prec = "ieee" if x.dtype == torch.float64 else precision  # TF32 is a float32 mode
-    return dict(M=m, N=n, STEPS=steps, PREC=prec, num_warps=NUM_WARPS, **blocks)
-
-
-@functools.cache
-def _constants(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(a, b, c, eps) on the device, made once: no host-to-device copy per call."""
-    with torch.inference_mode(False), torch.no_grad():
-        return torch.tensor([*NS5_COEFFICIENTS, eps], dtype=dtype, device=device)
+    a, b, c = NS5_COEFFICIENTS
+    constants = dict(A=a, B=b, C=c, EPS=eps)
+    return dict(M=m, N=n, STEPS=steps, PREC=prec, num_warps=NUM_WARPS, **blocks, **constants)
 
 
 class _NewtonSchulz5Triton(torch.autograd.Function):
@@ -127,23 +126,22 @@ class _NewtonSchulz5Triton(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, steps: int, eps: float, precision: str) -> torch.Tensor:
-        config = _launch_config(x, steps, precision)
-        constants = _constants(eps, x.dtype, x.device)
+        config = _launch_config(x, steps, eps, precision)
         out, norm = torch.empty_like(x), x.new_empty(x.shape[0])
         if x.shape[0]:
-            ns5_forward_kernel[(x.shape[0],)](x, out, norm, constants, **config)
+            ns5_forward_kernel[(x.shape[0],)](x, out, norm, **config)
         ctx.save_for_backward(x, norm)
-        ctx.config, ctx.constants = config, constants
+        ctx.config = config
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        (x, norm), constants = ctx.saved_tensors, ctx.constants
+        x, norm = ctx.saved_tensors
         grad, d_x = grad.contiguous(), torch.empty_like(x)
         scratch = x.new_empty(x.shape[0], ctx.config["STEPS"], *x.shape[1:])
         if x.shape[0]:
-            ns5_backward_kernel[(x.shape[0],)](x, norm, grad, d_x, scratch, constants, **ctx.config)
+            ns5_backward_kernel[(x.shape[0],)](x, norm, grad, d_x, scratch, **ctx.config)
         return d_x, None, None, None
 
 
