@@ -11,6 +11,12 @@ prints the markdown table.
     python experiments/recall_by_distance.py --model lmm --seed 0
     python experiments/recall_by_distance.py --model swa --seed 0
     python experiments/recall_by_distance.py --plot
+    python experiments/recall_by_distance.py --model omeganet --seed 3 --evaluate-only \
+        --test-decay-min 1e-4     # that run's checkpoint, evaluated with a lower decay floor
+
+A run trains into ``runs/recall/<model>-seed<seed>-<hash of the --set values and --steps>``
+and trains again from scratch if repeated (seeded: the same result); ``--evaluate-only``
+evaluates the finished run of the same options instead.
 
 Each run is seeded (data, initialisation); one CPU thread, so runs can go side by side.
 """
@@ -19,10 +25,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import torch
 from _common import (  # experiments/ is on sys.path when run
     QUIET,
     experiment_parser,
@@ -31,6 +40,8 @@ from _common import (  # experiments/ is on sys.path when run
 )
 
 from titans_atlas.eval.distance import recall_by_distance
+from titans_atlas.eval.loading import load_checkpoint
+from titans_atlas.layers.neural_memory import NeuralMemory
 from titans_atlas.train import Trainer, build_config
 
 RESULTS = Path("docs/results/recall.jsonl")
@@ -40,6 +51,43 @@ PAIRS, VOCAB = 4, 32
 
 
 def run(args: argparse.Namespace) -> dict:
+    config = run_config(args)
+    start = time.time()
+    if args.evaluate_only:
+        model, losses = load_finished(Path(config.train.out_dir), config.train.steps)
+    else:
+        trainer = Trainer(config)
+        model, losses = trainer.model, trainer.run().losses
+    model.eval()
+    if args.test_decay_min is not None:
+        set_decay_floor(model, args.test_decay_min)
+    measured = recall_by_distance(
+        model, DISTANCES, LENGTHS, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
+        samples=args.samples, seed=1000 + args.seed,
+    )  # fmt: skip
+    near, far = measured["distance"], measured["length"]
+    last = sorted(losses)[-25:]
+    return {
+        "model": args.model,
+        "task": config.data.source,
+        "seed": args.seed,
+        "overrides": args.set + _test_overrides(args),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": config.train.steps,
+        "final_loss": round(sum(losses[s] for s in last) / len(last), 4),
+        "loss_curve": {str(s): round(losses[s], 4) for s in sorted(losses)[::25]},
+        "window": model.config.window,
+        "chance": 1 / (VOCAB // 2),
+        "distance_accuracy": {str(d): round(a, 4) for d, a in near.items()},
+        "length_accuracy": {str(n): round(a, 4) for n, a in far.items()},
+        "seconds": round(time.time() - start),  # evaluation only with --evaluate-only
+        "evaluated_only": args.evaluate_only,
+        "samples": args.samples,
+    }
+
+
+def run_config(args: argparse.Namespace):
+    """The recall preset with the run's overrides; its own run directory per override set."""
     tag = _tag([*args.set, str(args.steps)])
     overrides = [
         f"model.name={args.model}",
@@ -51,33 +99,36 @@ def run(args: argparse.Namespace) -> dict:
     ]
     if args.steps:
         overrides.append(f"train.steps={args.steps}")
-    config = build_config("recall", overrides=overrides)
-    start = time.time()
-    trainer = Trainer(config)
-    result = trainer.run()
-    model = trainer.model.eval()
-    measured = recall_by_distance(
-        model, DISTANCES, LENGTHS, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
-        samples=args.samples, seed=1000 + args.seed,
-    )  # fmt: skip
-    near, far = measured["distance"], measured["length"]
-    last = sorted(result.losses)[-25:]
-    return {
-        "model": args.model,
-        "task": config.data.source,
-        "seed": args.seed,
-        "overrides": args.set,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "steps": result.step,
-        "final_loss": round(sum(result.losses[s] for s in last) / len(last), 4),
-        "loss_curve": {str(s): round(result.losses[s], 4) for s in sorted(result.losses)[::25]},
-        "window": model.config.window,
-        "chance": 1 / (VOCAB // 2),
-        "distance_accuracy": {str(d): round(a, 4) for d, a in near.items()},
-        "length_accuracy": {str(n): round(a, 4) for n, a in far.items()},
-        "seconds": round(time.time() - start),
-        "samples": args.samples,
-    }
+    return build_config("recall", overrides=overrides)
+
+
+def load_finished(run_dir: Path, steps: int) -> tuple[torch.nn.Module, dict[int, float]]:
+    """The model of a run that finished ``steps`` (its last checkpoint) and the training
+    losses it logged; a ValueError when the run directory holds no finished run."""
+    latest = run_dir / "checkpoints" / "latest.json"
+    info = json.loads(latest.read_text()) if latest.exists() else {}
+    if info.get("step") != steps:
+        raise ValueError(
+            f"--evaluate-only needs a run that finished {steps} steps in {run_dir} "
+            f"(found {info.get('step', 'none')}); run the same command without it first"
+        )
+    records = read_records(run_dir / "metrics.jsonl")
+    losses = {r["step"]: r["loss"] for r in records if "loss" in r and "lr" in r}
+    return load_checkpoint(run_dir / "checkpoints" / info["dir"]).model, losses
+
+
+def set_decay_floor(model, floor: float) -> None:
+    """Every memory layer's decay gate bounded below by ``floor`` from now on: alpha =
+    floor + (1 - floor) sigmoid(.). Only that gate changes; the trained weights stay."""
+    for layer in model.modules():
+        if isinstance(layer, NeuralMemory):
+            layer.config = replace(layer.config, decay_min=floor)
+
+
+def _test_overrides(args: argparse.Namespace) -> list[str]:
+    """How the evaluated model differs from the trained one, in the record's overrides (so
+    the table and plot show it as its own arm), never in the run directory's tag."""
+    return [] if args.test_decay_min is None else [f"test:model.decay_min={args.test_decay_min:g}"]
 
 
 def _tag(overrides: list[str]) -> str:
@@ -170,10 +221,22 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = experiment_parser(__doc__, RESULTS, 0, "0: the preset's")
     parser.add_argument("--samples", type=int, default=200, help="queries per point")
-    run_or_plot(parser.parse_args(), run, plot)
+    parser.add_argument(
+        "--evaluate-only", action="store_true",
+        help="evaluate the finished run of these options instead of training it again",
+    )  # fmt: skip
+    parser.add_argument(
+        "--test-decay-min", type=float, default=None,
+        help="evaluate with the memory's decay floor at this value (trained with the config's)",
+    )  # fmt: skip
+    return parser
+
+
+def main() -> None:
+    run_or_plot(build_parser().parse_args(), run, plot)
 
 
 if __name__ == "__main__":

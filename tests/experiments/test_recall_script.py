@@ -1,0 +1,57 @@
+"""experiments/recall_by_distance.py: a finished run is evaluated again without training
+(--evaluate-only), optionally with a lower decay floor (--test-decay-min)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import recall_by_distance as script  # noqa: E402
+
+from titans_atlas.layers.neural_memory import NeuralMemory  # noqa: E402
+
+
+def args_for(*extra: str):
+    options = ["--model", "lmm", "--steps", "2", "--samples", "2", "--set", "train.log_every=1"]
+    return script.build_parser().parse_args([*options, *extra])
+
+
+@pytest.fixture
+def finished_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/recall/... is relative to the working directory
+    monkeypatch.setattr(script, "DISTANCES", (4,))
+    monkeypatch.setattr(script, "LENGTHS", (256,))
+    return script.run(args_for())
+
+
+def test_evaluate_only_reuses_the_finished_run_and_changes_only_the_floor(finished_run):
+    again = script.run(args_for("--evaluate-only"))
+    assert again["evaluated_only"] and not finished_run["evaluated_only"]
+    for key in ("final_loss", "loss_curve", "distance_accuracy", "length_accuracy", "steps"):
+        assert again[key] == finished_run[key], key
+    lowered = script.run(args_for("--evaluate-only", "--test-decay-min", "1e-4"))
+    assert lowered["overrides"] == ["train.log_every=1", "test:model.decay_min=0.0001"]
+    assert lowered["final_loss"] == finished_run["final_loss"]
+
+
+def test_evaluate_only_without_a_finished_run_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="finished 2 steps"):
+        script.run(args_for("--evaluate-only"))
+
+
+def test_set_decay_floor_changes_the_decay_gate_only():
+    import titans_atlas as ta
+
+    model = ta.create_model("lmm", vocab_size=16, dim=32, depth=1, num_heads=2)
+    layer = next(m for m in model.modules() if isinstance(m, NeuralMemory))
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    script.set_decay_floor(model, 0.0)
+    assert layer.config.decay_min == 0.0
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
+    with pytest.raises(ValueError, match="decay_min"):
+        script.set_decay_floor(model, 1.5)
