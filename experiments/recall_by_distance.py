@@ -53,8 +53,8 @@ PAIRS, VOCAB = 4, 32
 def run(args: argparse.Namespace) -> dict:
     config = run_config(args)
     start = time.time()
-    if args.evaluate_only:
-        model, losses = load_finished(Path(config.train.out_dir), config.train.steps)
+    if args.evaluate_only:  # the training losses are in that run's own record
+        model, losses = load_finished(Path(config.train.out_dir), config.train.steps), {}
     else:
         trainer = Trainer(config)
         model, losses = trainer.model, trainer.run().losses
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> dict:
         "overrides": args.set + _test_overrides(args),
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": config.train.steps,
-        "final_loss": round(sum(losses[s] for s in last) / len(last), 4),
+        "final_loss": round(sum(losses[s] for s in last) / len(last), 4) if last else None,
         "loss_curve": {str(s): round(losses[s], 4) for s in sorted(losses)[::25]},
         "window": model.config.window,
         "chance": 1 / (VOCAB // 2),
@@ -102,9 +102,9 @@ def run_config(args: argparse.Namespace):
     return build_config("recall", overrides=overrides)
 
 
-def load_finished(run_dir: Path, steps: int) -> tuple[torch.nn.Module, dict[int, float]]:
-    """The model of a run that finished ``steps`` (its last checkpoint) and the training
-    losses it logged; a ValueError when the run directory holds no finished run."""
+def load_finished(run_dir: Path, steps: int) -> torch.nn.Module:
+    """The model of a run that finished ``steps`` (its last checkpoint); a ValueError when
+    the run directory holds no finished run."""
     latest = run_dir / "checkpoints" / "latest.json"
     info = json.loads(latest.read_text()) if latest.exists() else {}
     if info.get("step") != steps:
@@ -112,9 +112,7 @@ def load_finished(run_dir: Path, steps: int) -> tuple[torch.nn.Module, dict[int,
             f"--evaluate-only needs a run that finished {steps} steps in {run_dir} "
             f"(found {info.get('step', 'none')}); run the same command without it first"
         )
-    records = read_records(run_dir / "metrics.jsonl")
-    losses = {r["step"]: r["loss"] for r in records if "loss" in r and "lr" in r}
-    return load_checkpoint(run_dir / "checkpoints" / info["dir"]).model, losses
+    return load_checkpoint(run_dir / "checkpoints" / info["dir"]).model
 
 
 def set_decay_floor(model, floor: float) -> None:
@@ -202,6 +200,11 @@ def plot(path: Path, out: Path) -> None:
     print(table(runs))
 
 
+def _loss(item: dict) -> str:
+    """Final training loss; an --evaluate-only record has none (its run's record has it)."""
+    return "as trained" if item["final_loss"] is None else f"{item['final_loss']:.2f}"
+
+
 def table(runs: list[dict]) -> str:
     near, far = runs[0]["distance_accuracy"], runs[0]["length_accuracy"]
     # distances in tokens: runs may differ in window (the window column converts)
@@ -213,7 +216,7 @@ def table(runs: list[dict]) -> str:
     for item in runs:
         cells = [item["model"], " ".join(item["overrides"]) or "-", str(item["window"]),
                  str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k", str(item["steps"]),
-                 f"{item['final_loss']:.2f}"]  # fmt: skip
+                 _loss(item)]  # fmt: skip
         cells += [f"{100 * a:.0f}" for a in item["distance_accuracy"].values()]
         cells += [f"{100 * a:.0f}" for a in item["length_accuracy"].values()]
         cells.append(f"{item['seconds'] / 60:.1f}")
