@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 from einops import rearrange
+from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .clipping import clip_factors
 from .coefficients import MuonCoefficients
@@ -52,6 +53,13 @@ def _momenta(coef: MuonCoefficients, factors, momentum: TensorDict, names: list[
     return rows.addcmul_(coef.rows_carry[..., None, None], start.unsqueeze(3))
 
 
+def _orthogonal_momenta(coef, factors, momentum, names, newton_schulz, save_iterates: bool):
+    """NS5 of the momenta of the weights ``names`` ``[G, B, H, M, m, n]``, and their last
+    row, the chunk's end momentum ``[G, B, H, m, n]``."""
+    rows = _momenta(coef, factors, momentum, names)
+    return newton_schulz(rows, save_iterates=save_iterates), rows[:, :, :, -1]
+
+
 def muon_chunk_step(
     memory: MemoryModel,
     coef: MuonCoefficients,
@@ -77,12 +85,22 @@ def muon_chunk_step(
     form, or the fused Triton kernel of ``impl="triton"``)."""
     factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
     tall = {name: a.shape[-1] > b.shape[-1] for name, (a, b) in factors.items()}
+    # Outside chunk checkpointing, the momenta are rebuilt in backward from the rank-1 factors
+    # (one matmul) rather than kept: NS5's backward needs its input, and keeping it would cost
+    # one weight-sized tensor per token (docs/benchmarks.md). NS5 then keeps the iterates of
+    # that recompute, so it still runs forward twice in all, as without this.
+    rebuild = not checkpointed and torch.is_grad_enabled()
     orthogonal, new_momentum = {}, {}
     for names in _wide_groups(factors).values():
-        rows = _momenta(coef, factors, momentum, names)  # [G, B, H, M, m, n]
-        orthogonalised = newton_schulz(rows, save_iterates=checkpointed)
-        for name, ortho, last in zip(names, orthogonalised, rows[:, :, :, -1]):
-            orthogonal[name] = ortho  # contiguous: the group axis leads
+        args = (coef, factors, momentum, names, newton_schulz)
+        if rebuild:
+            ortho, last_rows = activation_checkpoint(
+                _orthogonal_momenta, *args, True, use_reentrant=False, preserve_rng_state=False
+            )
+        else:
+            ortho, last_rows = _orthogonal_momenta(*args, checkpointed)
+        for name, wide, last in zip(names, ortho, last_rows):
+            orthogonal[name] = wide  # contiguous: the group axis leads
             last = last.transpose(-1, -2) if tall[name] else last
             new_momentum[name] = last.clone(memory_format=torch.contiguous_format)  # not a view
 
