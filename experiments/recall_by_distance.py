@@ -170,7 +170,7 @@ def plot(path: Path, out: Path) -> None:
     runs = read_records(path)
     fig, (left, right, curve) = plt.subplots(1, 3, figsize=(18, 5))
     for item, style in zip(runs, run_styles(runs)):
-        overrides = " ".join(o.rsplit(".", 1)[-1] for o in item["overrides"])  # last name only
+        overrides = " ".join(_short(o) for o in item["overrides"])
         label = f"{item['model']} {overrides} (seed {item['seed']}, {item['steps']} steps)"
         near = item["distance_accuracy"]
         left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
@@ -198,6 +198,13 @@ def plot(path: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, bbox_inches="tight")  # long labels: keep the whole legend
     print(table(runs))
+
+
+def _short(override: str) -> str:
+    """``model.decay_min=0.0001`` -> ``decay_min=0.0001``; ``test:`` overrides keep "test"."""
+    key, _, value = override.partition("=")
+    prefix = "test " if key.startswith("test:") else ""
+    return f"{prefix}{key.rsplit('.', 1)[-1]}={value}"
 
 
 def _loss(item: dict) -> str:
