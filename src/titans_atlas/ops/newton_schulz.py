@@ -125,9 +125,13 @@ def newton_schulz5(
     them instead: right inside activation checkpointing, whose recompute already re-runs
     this forward just before the backward (and whose first forward keeps nothing)."""
     _check_matrix(x)
+    return on_wide_matrices(lambda flat: _NewtonSchulz5.apply(flat, steps, eps, save_iterates), x)
+
+
+def on_wide_matrices(fn, x: torch.Tensor) -> torch.Tensor:
+    """``fn`` of x's matrices as one batch ``[P, m, n]`` in the wide orientation (m <= n, a tall
+    x transposed), its result laid back out as x: the fast forms' shared layout."""
     tall = x.shape[-2] > x.shape[-1]
     wide = x.transpose(-1, -2) if tall else x
-    shape = wide.shape
-    flat = wide.reshape(-1, *shape[-2:])
-    out = _NewtonSchulz5.apply(flat, steps, eps, save_iterates).reshape(shape)
+    out = fn(wide.reshape(-1, *wide.shape[-2:])).reshape(wide.shape)
     return out.transpose(-1, -2) if tall else out

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..newton_schulz import NS5_COEFFICIENTS, _check_matrix, compute_dtype
+from ..newton_schulz import NS5_COEFFICIENTS, _check_matrix, compute_dtype, on_wide_matrices
 from ._tiles import PRECISIONS, block, device_function, interpreting, load_tile, store_tile
 
 # Untuned (no GPU has run this kernel): one matrix per program, held whole. A 64 x 256 fp32
@@ -112,7 +112,7 @@ def _launch_config(x: torch.Tensor, steps: int, eps: float, precision: str) -> d
     size = blocks["BM"] * blocks["BN"] * x.element_size()
     if size > MAX_TILE_BYTES:
         raise ValueError(
-            f"newton_schulz5_triton holds one matrix per program, at most {MAX_TILE_BYTES} "
+            f"x: newton_schulz5_triton holds one matrix per program, at most {MAX_TILE_BYTES} "
             f"bytes padded; got {m} x {n} in {x.dtype} (use ops.newton_schulz5)"
         )
     prec = "ieee" if x.dtype == torch.float64 else precision  # TF32 is a float32 mode
@@ -167,10 +167,9 @@ def newton_schulz5_triton(
             f"newton_schulz5_triton needs CUDA tensors (got device {x.device.type!r}); set "
             "TRITON_INTERPRET=1 before triton is first imported to run it on the CPU"
         )
-    tall = x.shape[-2] > x.shape[-1]
-    wide = x.transpose(-1, -2) if tall else x
-    shape = wide.shape
-    # [..., m, n] -> [P, m, n], contiguous in the compute dtype (a copy only when needed)
-    flat = wide.reshape(-1, *shape[-2:]).to(compute_dtype(x)).contiguous()
-    out = _NewtonSchulz5Triton.apply(flat, steps, eps, precision).reshape(shape).to(x.dtype)
-    return out.transpose(-1, -2) if tall else out
+
+    def fused(flat: torch.Tensor) -> torch.Tensor:  # contiguous in the compute dtype for the kernel
+        ready = flat.to(compute_dtype(x)).contiguous()
+        return _NewtonSchulz5Triton.apply(ready, steps, eps, precision).to(x.dtype)
+
+    return on_wide_matrices(fused, x)
