@@ -16,7 +16,11 @@ The Transformer control attends to everything in its 512-byte window, so it is s
 ``reset`` and on positions up to 512 only. One JSON line per run; ``--plot`` draws them.
 
     python experiments/books_lm.py --model lmm --seed 0
+    python experiments/books_lm.py --model lmm --seed 0 --evaluate-only --test-decay-min 1e-4
     python experiments/books_lm.py --plot
+
+``--evaluate-only`` scores the finished run of the same options again instead of training it
+(here with the memory's decay floor lowered from the trained 1e-3).
 """
 
 from __future__ import annotations
@@ -30,9 +34,14 @@ import torch
 import torch.nn.functional as F
 from _common import (  # experiments/ is on sys.path when run
     QUIET,
+    add_evaluation_options,
+    evaluation_overrides,
     experiment_parser,
+    load_finished,
     read_records,
     run_or_plot,
+    set_decay_floor,
+    short_override,
 )
 
 from titans_atlas.tokenizer import ByteTokenizer
@@ -47,7 +56,7 @@ TRAIN_LENGTH, PIECE, SEGMENT = 512, 512, 4096
 BINS = (64, 128, 256, 512, 1024, 2048, 4096)  # upper edges of the by-position bins
 # ~530k parameters each: the memory layer costs what a wider attention block does
 SIZES = {"lmm": ["model.dim=128"], "mag": ["model.dim=112"], "swa": ["model.dim=144"],
-         "transformer": ["model.dim=144"]}  # fmt: skip
+         "transformer": ["model.dim=144"], "omeganet": ["model.dim=124"]}  # fmt: skip
 
 
 @torch.no_grad()
@@ -87,9 +96,10 @@ def evaluate(model, ids: torch.Tensor, full_attention: bool) -> dict:
     return out
 
 
-def run(args: argparse.Namespace) -> dict:
-    if not DATA.is_dir():
-        raise SystemExit(f"missing {DATA}: this experiment reads the shared data folder")
+def run_config(args: argparse.Namespace):
+    """The quickstart preset at ~530k parameters on the training books, with the run's
+    overrides; trains into ``runs/books_lm/<model>-seed<seed>`` unless ``--set
+    train.out_dir=...`` says otherwise."""
     overrides = [
         f"model.name={args.model}",
         *SIZES.get(args.model, []),
@@ -105,18 +115,36 @@ def run(args: argparse.Namespace) -> dict:
     ]
     if args.model == "transformer":
         overrides.append(f"model.window={TRAIN_LENGTH}")
+    return build_config("quickstart", overrides=overrides)
+
+
+def run(args: argparse.Namespace) -> dict:
+    if not DATA.is_dir():
+        raise SystemExit(f"missing {DATA}: this experiment reads the shared data folder")
+    config = run_config(args)
     start = time.time()
-    trainer = Trainer(build_config("quickstart", overrides=overrides))
-    result = trainer.run()
-    model = trainer.model.eval()
+    if args.evaluate_only:  # the training time is in that run's own record
+        model, steps, train_seconds = (
+            load_finished(Path(config.train.out_dir), args.steps),
+            args.steps,
+            None,
+        )
+    else:
+        trainer = Trainer(config)
+        model, steps = trainer.model, trainer.run().step
+        train_seconds = round(time.time() - start)
+    model.eval()
+    if args.test_decay_min is not None:
+        set_decay_floor(model, args.test_decay_min)
     record = {
         "model": args.model,
         "seed": args.seed,
-        "overrides": args.set,
+        "overrides": args.set + evaluation_overrides(args),
         "parameters": model.num_parameters(),
-        "steps": result.step,
-        "tokens": result.step * 4 * TRAIN_LENGTH,
-        "train_seconds": round(time.time() - start),
+        "steps": steps,
+        "tokens": steps * 4 * TRAIN_LENGTH,
+        "train_seconds": train_seconds,
+        "evaluated_only": args.evaluate_only,
     }
     for name, (path, limit) in EVAL_TEXTS.items():
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -133,12 +161,12 @@ def plot(path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = read_records(path)
-    control = {item["seed"]: item for item in runs if item["model"] == "swa"}
+    control = {item["seed"]: item for item in runs if name(item) == "swa"}
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
     for index, item in enumerate(runs):
         for column, text in enumerate(EVAL_TEXTS):
             curve = item[text]["by_position"]
-            label = f"{item['model']} ({item['parameters'] / 1e3:.0f}k)"
+            label = f"{name(item)} ({item['parameters'] / 1e3:.0f}k)"
             axes[0, column].plot(BINS[: len(curve)], curve, marker="o", color=f"C{index}",
                                  label=label)  # fmt: skip
             swa = control.get(item["seed"])
@@ -159,6 +187,13 @@ def plot(path: Path, out: Path) -> None:
     print(table(runs))
 
 
+def name(item: dict) -> str:
+    """The model with the model overrides it was trained or evaluated with (``train.*`` ones,
+    such as another run directory, say nothing about the model)."""
+    extra = [short_override(o) for o in item["overrides"] if not o.startswith("train.")]
+    return item["model"] + (f" ({', '.join(extra)})" if extra else "")
+
+
 def table(runs: list[dict]) -> str:
     """The results as a markdown table: one row per run and evaluation text."""
     lines = [
@@ -170,16 +205,21 @@ def table(runs: list[dict]) -> str:
             scores = item[text]
             carried = scores.get("carried_bpb")
             first, last = scores["by_position"][0], scores["by_position"][-1]
-            cells = [item["model"], f"{item['parameters'] / 1e3:.0f}k", text,
+            cells = [name(item), f"{item['parameters'] / 1e3:.0f}k", text,
                      "n/a" if carried is None else f"{carried:.3f}",
                      f"{scores['reset_bpb']:.3f}", f"{first:.3f}", f"{last:.3f}"]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = experiment_parser(__doc__, RESULTS, 600)
-    run_or_plot(parser.parse_args(), run, plot)
+    add_evaluation_options(parser)
+    return parser
+
+
+def main() -> None:
+    run_or_plot(build_parser().parse_args(), run, plot)
 
 
 if __name__ == "__main__":

@@ -25,23 +25,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import torch
 from _common import (  # experiments/ is on sys.path when run
     QUIET,
+    add_evaluation_options,
+    evaluation_overrides,
     experiment_parser,
+    load_finished,
     read_records,
     run_or_plot,
+    set_decay_floor,
+    short_override,
 )
 
 from titans_atlas.eval.distance import recall_by_distance
-from titans_atlas.eval.loading import load_checkpoint
-from titans_atlas.layers.neural_memory import NeuralMemory
 from titans_atlas.train import Trainer, build_config
 
 RESULTS = Path("docs/results/recall.jsonl")
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model,
         "task": config.data.source,
         "seed": args.seed,
-        "overrides": args.set + _test_overrides(args),
+        "overrides": args.set + evaluation_overrides(args),
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": config.train.steps,
         "final_loss": round(sum(losses[s] for s in last) / len(last), 4) if last else None,
@@ -100,33 +100,6 @@ def run_config(args: argparse.Namespace):
     if args.steps:
         overrides.append(f"train.steps={args.steps}")
     return build_config("recall", overrides=overrides)
-
-
-def load_finished(run_dir: Path, steps: int) -> torch.nn.Module:
-    """The model of a run that finished ``steps`` (its last checkpoint); a ValueError when
-    the run directory holds no finished run."""
-    latest = run_dir / "checkpoints" / "latest.json"
-    info = json.loads(latest.read_text()) if latest.exists() else {}
-    if info.get("step") != steps:
-        raise ValueError(
-            f"--evaluate-only needs a run that finished {steps} steps in {run_dir} "
-            f"(found {info.get('step', 'none')}); run the same command without it first"
-        )
-    return load_checkpoint(run_dir / "checkpoints" / info["dir"]).model
-
-
-def set_decay_floor(model, floor: float) -> None:
-    """Every memory layer's decay gate bounded below by ``floor`` from now on: alpha =
-    floor + (1 - floor) sigmoid(.). Only that gate changes; the trained weights stay."""
-    for layer in model.modules():
-        if isinstance(layer, NeuralMemory):
-            layer.config = replace(layer.config, decay_min=floor)
-
-
-def _test_overrides(args: argparse.Namespace) -> list[str]:
-    """How the evaluated model differs from the trained one, in the record's overrides (so
-    the table and plot show it as its own arm), never in the run directory's tag."""
-    return [] if args.test_decay_min is None else [f"test:model.decay_min={args.test_decay_min:g}"]
 
 
 def _tag(overrides: list[str]) -> str:
@@ -170,7 +143,7 @@ def plot(path: Path, out: Path) -> None:
     runs = read_records(path)
     fig, (left, right, curve) = plt.subplots(1, 3, figsize=(18, 5))
     for item, style in zip(runs, run_styles(runs)):
-        overrides = " ".join(_short(o) for o in item["overrides"])
+        overrides = " ".join(short_override(o) for o in item["overrides"])
         label = f"{item['model']} {overrides} (seed {item['seed']}, {item['steps']} steps)"
         near = item["distance_accuracy"]
         left.plot([int(d) / item["window"] for d in near], [100 * a for a in near.values()],
@@ -200,13 +173,6 @@ def plot(path: Path, out: Path) -> None:
     print(table(runs))
 
 
-def _short(override: str) -> str:
-    """``model.decay_min=0.0001`` -> ``decay_min=0.0001``; ``test:`` overrides keep "test"."""
-    key, _, value = override.partition("=")
-    prefix = "test " if key.startswith("test:") else ""
-    return f"{prefix}{key.rsplit('.', 1)[-1]}={value}"
-
-
 def _loss(item: dict) -> str:
     """Final training loss; an --evaluate-only record has none (its run's record has it)."""
     return "as trained" if item["final_loss"] is None else f"{item['final_loss']:.2f}"
@@ -234,14 +200,7 @@ def table(runs: list[dict]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = experiment_parser(__doc__, RESULTS, 0, "0: the preset's")
     parser.add_argument("--samples", type=int, default=200, help="queries per point")
-    parser.add_argument(
-        "--evaluate-only", action="store_true",
-        help="evaluate the finished run of these options instead of training it again",
-    )  # fmt: skip
-    parser.add_argument(
-        "--test-decay-min", type=float, default=None,
-        help="evaluate with the memory's decay floor at this value (trained with the config's)",
-    )  # fmt: skip
+    add_evaluation_options(parser)
     return parser
 
 
