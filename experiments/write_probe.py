@@ -20,7 +20,8 @@ per memory layer, medians over rows and chunks of:
 for chunks with a pair and chunks of noise, in the first 128 tokens and in tokens 1,024-2,048.
 A chunk "holds a pair" when a value token lies in it or in the ``omega_window - 1`` tokens
 before it: with the Omega window a token's step carries the gradients of the c - 1 tokens
-before it, so a pair is still written after its chunk ends.
+before it, so a pair is still written after its chunk ends. (A short convolution carries it
+a token or few further, which this test does not count: small for the 2-tap runs.)
 Then an oracle that reads the labels: recall at 2,048 tokens with theta set to 0 in every
 chunk without a pair, against recall as trained -- what the model would recall if noise
 chunks added nothing. (Under the momentum rule theta scales the gradient into the momentum,
