@@ -124,11 +124,8 @@ def run(args: argparse.Namespace) -> dict:
     config = run_config(args)
     start = time.time()
     if args.evaluate_only:  # the training time is in that run's own record
-        model, steps, train_seconds = (
-            load_finished(Path(config.train.out_dir), args.steps),
-            args.steps,
-            None,
-        )
+        model, train_seconds = load_finished(Path(config.train.out_dir), args.steps), None
+        steps = args.steps
     else:
         trainer = Trainer(config)
         model, steps = trainer.model, trainer.run().step
