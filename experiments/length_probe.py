@@ -32,10 +32,15 @@ TRAIN, LONG = 128, 2048  # the recall preset's training length; 16x it
 CASES = ((TRAIN, 64), (LONG, 64), (LONG, LONG - 16))  # (length, distance of the answer)
 
 
-def flat_weights(block_state) -> torch.Tensor:
-    """``[B, H, P]``: the memory weights of an lmm-like or MAC/MAG block state, joined."""
+def memory_state(block_state):
+    """The memory's ``MemoryState`` inside an lmm-like or MAC/MAG block state."""
     layer = block_state if isinstance(block_state, MemoryLayerState) else block_state.memory
-    weights = layer.memory.weights
+    return layer.memory
+
+
+def flat_weights(block_state) -> torch.Tensor:
+    """``[B, H, P]``: the memory weights of a block state, joined."""
+    weights = memory_state(block_state).weights
     return torch.cat([weights[name].flatten(2) for name in sorted(weights)], dim=-1)
 
 

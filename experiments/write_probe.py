@@ -43,12 +43,12 @@ from pathlib import Path
 
 import torch
 from _common import set_decay_floor  # experiments/ is on sys.path when run
-from length_probe import flat_weights
+from length_probe import flat_weights, memory_state
 from recall_by_distance import PAIRS, VOCAB
 
 from titans_atlas.eval.loading import load_checkpoint
 from titans_atlas.eval.recall import kv_recall_batch
-from titans_atlas.layers.neural_memory import MemoryLayerState, NeuralMemory
+from titans_atlas.layers.neural_memory import NeuralMemory
 
 LONG, TRAIN = 2048, 128
 KEYS = ("write", "|S|", "theta", "alpha")
@@ -57,8 +57,7 @@ SPANS = {"first 128": (0, TRAIN), "1,024-2,048": (LONG // 2, LONG)}
 
 def momentum_norm(block_state) -> torch.Tensor:
     """``[B]``: the norm of a block's memory momentum, all heads and tensors together."""
-    layer = block_state if isinstance(block_state, MemoryLayerState) else block_state.memory
-    momentum = layer.memory.momentum
+    momentum = memory_state(block_state).momentum
     return torch.cat([momentum[n].flatten(1) for n in sorted(momentum)], dim=-1).norm(dim=-1)
 
 
@@ -96,8 +95,7 @@ def holds_pair(inputs: torch.Tensor, chunk: int, omega_window: int) -> torch.Ten
 @torch.no_grad()
 def chunk_stats(model, inputs: torch.Tensor, chunk: int, gate_calls) -> dict[str, torch.Tensor]:
     """Per layer, chunk and row: write size, momentum norm, mean theta and alpha
-    ``[L, N, B]``; and
-    whether each chunk of each row holds a value token ``[N, B]``."""
+    ``[L, N, B]``; and whether each chunk of each row writes a pair ``[N, B]``."""
     state, writes, norms = None, [], []
     before = [flat_weights(b.memory.initial_state(inputs.shape[0])) for b in model.blocks]
     for start in range(0, inputs.shape[1], chunk):
@@ -123,7 +121,8 @@ def chunk_stats(model, inputs: torch.Tensor, chunk: int, gate_calls) -> dict[str
 def oracle_recall(model, chunk: int, scale: dict, rows: int, seed: int) -> list[str]:
     """Recall % at 2,048 tokens with the answer 64 and 2,032 back, as trained and with
     theta set to 0 in every chunk without a pair (an oracle that reads the labels: what
-    recall would be if noise chunks wrote nothing)."""
+    recall would be if noise chunks added nothing new; the module docstring says what that
+    means per update rule)."""
     out = []
     for quiet in (False, True):
         for distance in (64, LONG - 16):
