@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.test_decay_min is not None:
         set_decay_floor(model, args.test_decay_min)
     measured = recall_by_distance(
-        model, DISTANCES, LENGTHS, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
+        model, DISTANCES, args.lengths, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
         samples=args.samples, seed=1000 + args.seed,
     )  # fmt: skip
     near, far = measured["distance"], measured["length"]
@@ -179,27 +179,39 @@ def _loss(item: dict) -> str:
 
 
 def table(runs: list[dict]) -> str:
-    near, far = runs[0]["distance_accuracy"], runs[0]["length_accuracy"]
+    """Markdown, one row per run; a length some runs were not tested at shows "-"."""
+    near = _keys(runs, "distance_accuracy")
+    far = _keys(runs, "length_accuracy")
     # distances in tokens: runs may differ in window (the window column converts)
-    head = ["model", "overrides", "window", "seed", "params", "steps", "loss"] + [
-        f"d={d}" for d in near
-    ]
-    head += [f"L={n}" for n in far] + ["minutes"]
+    head = ["model", "overrides", "window", "seed", "params", "steps", "loss"]
+    head += [f"d={d}" for d in near] + [f"L={n}" for n in far] + ["minutes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for item in runs:
         cells = [item["model"], " ".join(item["overrides"]) or "-", str(item["window"]),
                  str(item["seed"]), f"{item['parameters'] / 1e3:.0f}k", str(item["steps"]),
                  _loss(item)]  # fmt: skip
-        cells += [f"{100 * a:.0f}" for a in item["distance_accuracy"].values()]
-        cells += [f"{100 * a:.0f}" for a in item["length_accuracy"].values()]
+        cells += _percentages(item["distance_accuracy"], near)
+        cells += _percentages(item["length_accuracy"], far)
         cells.append(f"{item['seconds'] / 60:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _keys(runs: list[dict], field: str) -> list[str]:
+    return sorted({key for item in runs for key in item[field]}, key=int)
+
+
+def _percentages(accuracy: dict[str, float], keys: list[str]) -> list[str]:
+    return [f"{100 * accuracy[k]:.0f}" if k in accuracy else "-" for k in keys]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = experiment_parser(__doc__, RESULTS, 0, "0: the preset's")
     parser.add_argument("--samples", type=int, default=200, help="queries per point")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=list(LENGTHS),
+        help="sequence lengths of the length test (answer LENGTH - 16 back)",
+    )  # fmt: skip
     add_evaluation_options(parser)
     return parser
 

@@ -12,6 +12,8 @@ global batch as one process).
   is carried from window to window) and, when it ends, pads the rest of its window (labels
   -100) and takes the next stream, flagged ``reset`` so the loop gives that row a fresh
   state. Windows therefore always start at a stream start or where the last one stopped.
+* ``TaskBatches``: draws of a synthetic task (``tasks.py``), each batch from a generator
+  seeded by (seed, batch index); in stream mode each row a stream of W task sequences.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .data import Corpus
+
+if TYPE_CHECKING:  # tasks.py imports this module
+    from .tasks import Task
 
 IGNORE = -100  # label of an unscored position (torch's cross_entropy ignore_index)
 
@@ -229,3 +235,60 @@ class StreamBatches:
             self.streams.num_docs = state.get("num_docs")
             active = [r[0] for r in self.rows if r[0] >= 0]
             self.streams.release(min(active) if active else self.next_k)
+
+
+class TaskBatches:
+    """Batches of a task; batch n comes from a generator seeded with (seed, n), so the
+    cursor is one integer and every world size sees the same global batches.
+
+    ``stream_windows`` = W > 0 (stream mode): each row is a stream of W consecutive task
+    sequences, read with the model state carried from one to the next; global row r starts
+    a fresh stream at the batches n (drawn batches, micro-batches under accumulation) with
+    (n + r) % W == 0. The ages in one batch are a run of consecutive values mod W, so with at
+    least W global rows every batch holds every age from 0 to W - 1 windows; with fewer,
+    some batches hold no fresh row. 0: every batch starts fresh (``reset`` None), as packed
+    mode. A task with ``sample_stream`` gets each row's age and its stream's seed, a function
+    of (seed, the batch the stream began at, global row)."""
+
+    def __init__(
+        self,
+        task: Task,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        stream_windows: int = 0,
+    ):
+        if stream_windows < 0:
+            raise ValueError(f"stream_windows must be >= 0, got {stream_windows}")
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.rank, self.world_size, self.step = rank, world_size, 0
+        self.stream_windows = stream_windows
+
+    def next(self) -> Batch:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step)
+        total = self.batch_size * self.world_size
+        rows = torch.arange(total)  # global row indices
+        ages = (self.step + rows) % self.stream_windows if self.stream_windows else None
+        if ages is not None and hasattr(self.task, "sample_stream"):
+            inputs, labels = self.task.sample_stream(*self._streams(ages, rows), generator)
+        else:
+            inputs, labels = self.task.sample(total, generator)
+        mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        reset = None if ages is None else (ages == 0)[mine]
+        self.step += 1
+        return Batch(inputs[mine].contiguous(), labels[mine].contiguous(), reset)
+
+    def _streams(self, ages: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each row's sequence index in its stream and the stream's seed (``[B]`` int64), for
+        a task whose facts last a stream. A stream under way at the first batch began there
+        (the loop starts every row fresh), so its age counts from batch 0."""
+        ages = ages.clamp(max=self.step)
+        start = self.step - ages  # the batch at which the row's stream began
+        return ages, (self.seed * 1_000_003 + start) * 1_000_033 + rows
+
+    def state_dict(self) -> dict:
+        return {"kind": "task", "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])

@@ -14,10 +14,16 @@ import numpy as np
 import torch
 
 from ..tokenizer import IdTokenizer, Tokenizer, token_byte_lengths
-from .batches import CorpusStreams, PackedBatches, SequentialStreams, StreamBatches
+from .batches import (
+    CorpusStreams,
+    PackedBatches,
+    SequentialStreams,
+    StreamBatches,
+    TaskBatches,
+)
 from .config import RunConfig
 from .data import Corpus, hf_documents, load_corpus, resolve_tokenizer, token_dtype
-from .tasks import TaskBatches, make_task
+from .tasks import make_task
 
 
 @dataclass

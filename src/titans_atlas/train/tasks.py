@@ -14,13 +14,15 @@ from typing import Any, Protocol
 
 import torch
 
-from .batches import IGNORE, Batch
+from .batches import IGNORE
 
 
 class Task(Protocol):
     """A task may also carry a ``tokenizer`` (its ids are text; without one its ids stand
-    for nothing and the run saves an ``IdTokenizer``) and a ``validation()`` method returning
-    the task validation draws from (held-out items; without one, fresh draws of itself)."""
+    for nothing and the run saves an ``IdTokenizer``), a ``validation()`` method returning
+    the task validation draws from (held-out items; without one, fresh draws of itself), and
+    a ``sample_stream(ages, stream_seeds, generator)`` method for facts that last a carried
+    stream (``persistent_recall``), which stream mode then calls instead of ``sample``."""
 
     vocab_size: int  # ids lie in [0, vocab_size)
 
@@ -184,21 +186,46 @@ class MultiQueryRecall:
     def sample(
         self, batch_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows, n, m, half = batch_size, self.num_pairs, self.queries, self.vocab_size // 2
+        return self.lay_out(*self.facts(batch_size, generator), generator)
+
+    def facts(self, rows: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """Each row's pairs and noise: keys ``[B, n]`` (distinct ids in [1, V/2)), values
+        ``[B, n]`` (in [V/2, V)) and the noise ids ``[B, V/2 - 1 - n]`` (the key range minus
+        the row's keys)."""
+        half = self.vocab_size // 2
         draw = torch.rand(rows, half - 1, generator=generator).argsort(-1)
-        keys = draw[:, :n] + 1  # [B, n] distinct ids in [1, V/2)
-        values = torch.randint(half, self.vocab_size, (rows, n), generator=generator)
-        noise_ids = draw[:, n:] + 1  # [B, V/2 - 1 - n]: the key range minus this row's keys
+        values = torch.randint(half, self.vocab_size, (rows, self.num_pairs), generator=generator)
+        return draw[:, : self.num_pairs] + 1, values, draw[:, self.num_pairs :] + 1
+
+    def lay_out(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        noise_ids: torch.Tensor,
+        generator: torch.Generator,
+        store: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of ``facts``: noise, the pairs (only in the rows where ``store`` ``[B]`` bool
+        is set; None: all), then the queries. Rows without their pairs ask about pairs stored
+        earlier in their stream (``persistent_recall``)."""
+        rows, n, m = keys.shape[0], self.num_pairs, self.queries
         pick = torch.randint(noise_ids.shape[1], (rows, self.seq_len), generator=generator)
         inputs = noise_ids.gather(1, pick)  # [B, T]
         labels = torch.full_like(inputs, IGNORE)
         if self.layout == "interleaved":
+            if store is not None:
+                raise ValueError("only layout='end' lays out rows without their pairs")
             self._interleave(inputs, labels, keys, values, generator)
             return inputs, labels
         slot = torch.rand(rows, self.slots, generator=generator).argsort(-1)[:, :n]
         starts = 2 * slot  # [B, n] distinct even positions before the tail
-        inputs.scatter_(1, starts, keys)
-        inputs.scatter_(1, starts + 1, values)
+        if store is not None:  # rows without pairs keep their noise there
+            keys_here = torch.where(store[:, None], keys, inputs.gather(1, starts))
+            values_here = torch.where(store[:, None], values, inputs.gather(1, starts + 1))
+        else:
+            keys_here, values_here = keys, values
+        inputs.scatter_(1, starts, keys_here)
+        inputs.scatter_(1, starts + 1, values_here)
         asked = torch.rand(rows, n, generator=generator).argsort(-1)[:, :m]  # [B, m]
         key_at = self.seq_len - (2 * m - 1) + 2 * torch.arange(m)  # [m] query positions
         inputs[:, key_at] = keys.gather(1, asked)
@@ -225,6 +252,12 @@ class MultiQueryRecall:
         labels.scatter_(1, starts, answers)
 
 
+def _persistent_recall(**args: Any) -> Task:
+    from .persistent_recall import PersistentRecall  # it builds on this module's tasks
+
+    return PersistentRecall(**args)
+
+
 def _babilong_style(**args: Any) -> Task:
     from .babilong_task import BabilongStyle  # imports the evaluation code: only when asked
 
@@ -235,6 +268,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "kv_recall": KeyValueRecall,
     "kv_distance": DistanceRecall,
     "kv_multi": MultiQueryRecall,
+    "kv_persistent": _persistent_recall,
     "babilong_style": _babilong_style,
 }
 
@@ -246,48 +280,3 @@ def make_task(name: str, seq_len: int, args: dict[str, Any]) -> Task:
         return TASKS[name](seq_len=seq_len, **args)
     except TypeError as err:
         raise ValueError(f"bad data.task_args for task {name!r}: {err}") from err
-
-
-class TaskBatches:
-    """Batches of a task; batch n comes from a generator seeded with (seed, n), so the
-    cursor is one integer and every world size sees the same global batches.
-
-    ``stream_windows`` = W > 0 (stream mode): each row is a stream of W consecutive task
-    sequences, read with the model state carried from one to the next; global row r starts
-    a fresh stream at the batches n (drawn batches, micro-batches under accumulation) with
-    (n + r) % W == 0. The ages in one batch are a run of consecutive values mod W, so with at
-    least W global rows every batch holds every age from 0 to W - 1 windows; with fewer,
-    some batches hold no fresh row. 0: every batch starts fresh (``reset`` None), as packed
-    mode."""
-
-    def __init__(
-        self,
-        task: Task,
-        batch_size: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        stream_windows: int = 0,
-    ):
-        if stream_windows < 0:
-            raise ValueError(f"stream_windows must be >= 0, got {stream_windows}")
-        self.task, self.batch_size, self.seed = task, batch_size, seed
-        self.rank, self.world_size, self.step = rank, world_size, 0
-        self.stream_windows = stream_windows
-
-    def next(self) -> Batch:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step)
-        inputs, labels = self.task.sample(self.batch_size * self.world_size, generator)
-        mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        reset = None
-        if self.stream_windows:
-            rows = torch.arange(inputs.shape[0])[mine]  # global row indices
-            reset = (self.step + rows) % self.stream_windows == 0
-        self.step += 1
-        return Batch(inputs[mine].contiguous(), labels[mine].contiguous(), reset)
-
-    def state_dict(self) -> dict:
-        return {"kind": "task", "step": self.step}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])

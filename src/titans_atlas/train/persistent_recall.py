@@ -1,0 +1,72 @@
+"""Key-value recall whose facts stay true along a carried stream (``task:kv_persistent``).
+
+Axes: B batch rows, T tokens (``seq_len``), n pairs.
+
+``kv_multi`` draws new pairs for every sequence, so in stream mode the pairs a row carried
+from its previous sequence are stale: the same key ids come back with new values, and a
+model trained that way learns to forget whatever is older than one sequence (docs/results.md,
+section 1). Here a row's pairs belong to its stream: the stream's first sequence stores them
+among noise and asks about them at its end, as ``kv_multi`` does, and every later sequence of
+the same stream holds noise only and asks about the same pairs again at its end. A query in
+the stream's k-th sequence has its answer between k and k + 1 sequences back, so with the
+state carried (truncated backpropagation through time) the outer optimiser is rewarded for a
+memory that keeps a pair through noise, which packed training never asks for.
+
+The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
+so they are the same in every sequence of the stream, on every rank, and after a resume.
+Outside stream mode (packed training, validation) every row is a stream's first sequence:
+``kv_multi``'s end layout, with ids as the evaluation's ``kv_recall_batch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tasks import MultiQueryRecall
+
+
+@dataclass(frozen=True)
+class PersistentRecall:
+    """``num_pairs`` pairs per stream among noise, ``num_queries`` of them (default all, in a
+    new order each time) asked at the end of every sequence of the stream."""
+
+    seq_len: int
+    vocab_size: int = 32
+    num_pairs: int = 4
+    num_queries: int | None = None
+
+    def __post_init__(self) -> None:
+        self.one_sequence()  # ValueErrors for bad arguments, as kv_multi raises them
+
+    def one_sequence(self) -> MultiQueryRecall:
+        """The layout of one sequence: ``kv_multi``'s end layout with these arguments."""
+        return MultiQueryRecall(self.seq_len, self.vocab_size, self.num_pairs, self.num_queries)
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row a fresh stream's first sequence."""
+        seeds = torch.randint(1 << 62, (batch_size,), generator=generator)
+        return self.sample_stream(torch.zeros(batch_size, dtype=torch.long), seeds, generator)
+
+    def sample_stream(
+        self, ages: torch.Tensor, stream_seeds: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row b: sequence ``ages[b]`` (0 = the first) of the stream ``stream_seeds[b]``
+        (both ``[B]`` int64); ``generator`` draws what differs per sequence (noise, places,
+        query order)."""
+        if ages.shape != stream_seeds.shape or ages.ndim != 1:
+            raise ValueError(
+                f"ages and stream_seeds must both be [B]; got {list(ages.shape)} and "
+                f"{list(stream_seeds.shape)}"
+            )
+        if bool((ages < 0).any()):
+            raise ValueError("ages must be >= 0")
+        layout = self.one_sequence()
+        per_stream = [
+            layout.facts(1, torch.Generator().manual_seed(int(seed))) for seed in stream_seeds
+        ]
+        keys, values, noise_ids = (torch.cat(part) for part in zip(*per_stream))  # [B, ...]
+        return layout.lay_out(keys, values, noise_ids, generator, store=ages == 0)
