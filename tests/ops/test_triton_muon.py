@@ -43,6 +43,51 @@ def test_fused_ns5_equals_reference(shape, steps):
     assert_close(g, g_ref, 1e-10, "gradient")
 
 
+@pytest.mark.parametrize("shape", [(3, 5, 7), (2, 9, 4), (1, 7, 100)])
+@pytest.mark.parametrize("steps", [0, 5])
+def test_fused_ns5_saving_its_iterates_equals_reference(shape, steps):
+    """save_iterates: the forward keeps X_k and the backward walks them without re-running."""
+    generator = torch.Generator().manual_seed(sum(shape) + steps)
+    x = torch.randn(shape, dtype=torch.float64, generator=generator).to(DEVICE)
+    probe = torch.randn(shape, dtype=torch.float64, generator=generator).to(DEVICE)
+    y, g = ns5_and_grad(newton_schulz5_triton, x, probe, steps=steps, save_iterates=True)
+    y_ref, g_ref = ns5_and_grad(newton_schulz5_reference, x, probe, steps=steps)
+    assert_close(y, y_ref, 1e-12, "NS5")
+    assert_close(g, g_ref, 1e-10, "gradient")
+
+
+def _record_backward_launches(monkeypatch) -> list[bool]:
+    """The RECOMPUTE flag of every NS5 backward launch from now on."""
+    flags, kernel = [], fused_ns5.ns5_backward_kernel
+
+    class Recorded:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                flags.append(kwargs["RECOMPUTE"])
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(fused_ns5, "ns5_backward_kernel", Recorded())
+    return flags
+
+
+def test_the_muon_scan_backward_walks_the_iterates_its_recompute_saved(monkeypatch):
+    """The scan rebuilds each chunk's momenta under activation checkpointing, which re-runs
+    NS5's forward before the backward: that forward keeps the iterates, so no backward
+    launch runs the five steps a third time. A plain call still recomputes them."""
+    flags = _record_backward_launches(monkeypatch)
+    memory, inputs, weights, _ = case("mlp", 7, 1)
+    leaf = inputs["k"].detach().requires_grad_(True)  # NS5 lies on the keys' path
+    out, _ = scan(memory, inputs | {"k": leaf}, memory.initial_state(weights, 1), chunk_size=3,
+                  muon=True, impl="triton")  # fmt: skip
+    out.sum().backward()
+    assert flags == [False] * 6  # 3 chunks x 2 wide shapes
+    x = torch.randn(2, 4, 6, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    newton_schulz5_triton(x).sum().backward()
+    assert flags[6:] == [True]
+
+
 def test_fused_ns5_at_zero_matches_the_torch_forms():
     """x = 0: the output is 0 and the gradient that of x / (||x|| + eps) at 0, finite."""
     x, probe = (torch.zeros(2, 4, 6, dtype=torch.float64, device=DEVICE) for _ in range(2))

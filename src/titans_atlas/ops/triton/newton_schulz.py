@@ -8,10 +8,13 @@ issues three batched BLAS calls per step and the normalisation around them (26 o
 forward and 76 backward, counted on the CPU, for every chunk of a per-token Muon scan); here
 each program keeps its matrix on chip for all five steps (meant to fit registers; untested on a
 GPU), so a chunk's NS5 is one kernel launch forward and one backward (plus the output's
-allocation). The backward saves nothing but the input and its norm: it re-runs the five steps,
-writes the iterates X_k to a scratch buffer that lives only during that launch, and walks them
-in reverse (the same algebra as ``_NewtonSchulz5.backward``; G_k and P_k are recomputed from
-X_k rather than stored).
+allocation). By default the backward saves nothing but the input and its norm: it re-runs the
+five steps, writes the iterates X_k to a scratch buffer that lives only during that launch,
+and walks them in reverse (the same algebra as ``_NewtonSchulz5.backward``; G_k and P_k are
+recomputed from X_k rather than stored). With ``save_iterates`` the forward writes the X_k
+instead and the backward only walks them: what the chunked Muon scan asks for under
+activation checkpointing, whose recompute already re-runs this forward just before the
+backward (as ``ops.newton_schulz5``; without it NS5 ran forward three times per chunk).
 """
 
 from __future__ import annotations
@@ -49,18 +52,21 @@ def _constants(dtype, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl
 
 @triton.jit
 def ns5_forward_kernel(
-    x, out, norm_out, M, N,
+    x, out, norm_out, iterates, M, N,
     STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
-    A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr,
+    A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr, SAVE: tl.constexpr,
 ):  # fmt: skip
-    """Program p: out[p] = NS5(x[p] / (||x[p]|| + eps)); norm_out[p] = ||x[p]||."""
+    """Program p: out[p] = NS5(x[p] / (||x[p]|| + eps)); norm_out[p] = ||x[p]||; with SAVE,
+    iterates[p, k] = X_k (k < STEPS) for the backward."""
     p = tl.program_id(0).to(tl.int64)  # p * STEPS * M * N passes 2^31 at ~26k matrices
     rows, cols = tl.arange(0, BM), tl.arange(0, BN)
     a, b, c, eps = _constants(x.dtype.element_ty, A, B, C, EPS)
     matrix = load_tile(x + p * M * N, rows, cols, M, N, N)
     norm = tl.sqrt(tl.sum(tl.sum(matrix * matrix, axis=1), axis=0))
     matrix = matrix / (norm + eps)
-    for _ in tl.static_range(STEPS):
+    for k in tl.static_range(STEPS):
+        if SAVE:
+            store_tile(iterates + (p * STEPS + k) * M * N, matrix, rows, cols, M, N, N)
         _gram, poly = _gram_poly(matrix, b, c, PREC)
         matrix = a * matrix + tl.dot(poly, matrix, input_precision=PREC)
     store_tile(out + p * M * N, matrix, rows, cols, M, N, N)
@@ -72,21 +78,24 @@ def ns5_backward_kernel(
     x, norm_in, grad_out, grad_in, scratch, M, N,
     STEPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PREC: tl.constexpr,
     A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
 ):  # fmt: skip
     """Program p: grad_in[p] = d NS5(x[p]) / d x[p] applied to grad_out[p]. Step Y = a X + P X
     with P = b G + c G^2, G = X X^T (G, P symmetric), Q = dY X^T + X dY^T:
-    dX = a dY + P dY + (b Q + c (Q G + G Q)) X."""
+    dX = a dY + P dY + (b Q + c (Q G + G Q)) X. ``scratch[p, k]`` holds X_k: written here
+    first with RECOMPUTE, else by the forward (``save_iterates``)."""
     p = tl.program_id(0).to(tl.int64)  # p * STEPS * M * N passes 2^31 at ~26k matrices
     rows, cols = tl.arange(0, BM), tl.arange(0, BN)
     a, b, c, eps = _constants(x.dtype.element_ty, A, B, C, EPS)
     norm = tl.load(norm_in + p)
-    iterate = load_tile(x + p * M * N, rows, cols, M, N, N) / (norm + eps)
     saved = scratch + p * STEPS * M * N
-    for k in tl.static_range(STEPS):
-        store_tile(saved + k * M * N, iterate, rows, cols, M, N, N)
-        _gram, poly = _gram_poly(iterate, b, c, PREC)
-        iterate = a * iterate + tl.dot(poly, iterate, input_precision=PREC)
-    tl.debug_barrier()  # the reverse walk reads iterates other threads wrote
+    if RECOMPUTE:
+        iterate = load_tile(x + p * M * N, rows, cols, M, N, N) / (norm + eps)
+        for k in tl.static_range(STEPS):
+            store_tile(saved + k * M * N, iterate, rows, cols, M, N, N)
+            _gram, poly = _gram_poly(iterate, b, c, PREC)
+            iterate = a * iterate + tl.dot(poly, iterate, input_precision=PREC)
+        tl.debug_barrier()  # the reverse walk reads iterates other threads wrote
     grad = load_tile(grad_out + p * M * N, rows, cols, M, N, N)
     for k in tl.static_range(STEPS):
         iterate = load_tile(saved + (STEPS - 1 - k) * M * N, rows, cols, M, N, N)
@@ -122,27 +131,34 @@ def _launch_config(x: torch.Tensor, steps: int, eps: float, precision: str) -> d
 
 
 class _NewtonSchulz5Triton(torch.autograd.Function):
-    """NS5 of contiguous ``x`` ``[P, m, n]`` (m <= n, compute dtype). Saves x and its norms."""
+    """NS5 of contiguous ``x`` ``[P, m, n]`` (m <= n, compute dtype). Saves x and its norms,
+    and with ``save_iterates`` the iterates ``[P, steps, m, n]``."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, steps: int, eps: float, precision: str) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, steps: int, eps: float, precision: str, save_iterates: bool
+    ) -> torch.Tensor:
         config = _launch_config(x, steps, eps, precision)
         out, norm = torch.empty_like(x), x.new_empty(x.shape[0])
+        # without SAVE the kernel never touches its iterates argument: out stands in
+        iterates = x.new_empty(x.shape[0], steps, *x.shape[1:]) if save_iterates else out
         if x.shape[0]:
-            ns5_forward_kernel[(x.shape[0],)](x, out, norm, **config)
-        ctx.save_for_backward(x, norm)
+            ns5_forward_kernel[(x.shape[0],)](x, out, norm, iterates, **config, SAVE=save_iterates)
+        ctx.save_for_backward(x, norm, *([iterates] if save_iterates else []))
         ctx.config = config
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        x, norm = ctx.saved_tensors
+        x, norm, *saved = ctx.saved_tensors
         grad, d_x = grad.contiguous(), torch.empty_like(x)
-        scratch = x.new_empty(x.shape[0], ctx.config["STEPS"], *x.shape[1:])
+        scratch = saved[0] if saved else x.new_empty(x.shape[0], ctx.config["STEPS"], *x.shape[1:])
         if x.shape[0]:
-            ns5_backward_kernel[(x.shape[0],)](x, norm, grad, d_x, scratch, **ctx.config)
-        return d_x, None, None, None
+            ns5_backward_kernel[(x.shape[0],)](
+                x, norm, grad, d_x, scratch, **ctx.config, RECOMPUTE=not saved
+            )
+        return d_x, None, None, None, None
 
 
 def newton_schulz5_triton(
@@ -154,9 +170,10 @@ def newton_schulz5_triton(
     precision: str = "ieee",
 ) -> torch.Tensor:
     """``ops.newton_schulz5`` in one Triton launch forward and one backward (CUDA, or the CPU
-    interpreter). ``save_iterates`` is accepted for the same signature and has no effect:
-    the backward always re-runs the iterates inside its one launch. ``precision``: tl.dot's
-    input precision for float32 ("ieee", "tf32x3", "tf32"); float64 is always exact."""
+    interpreter). The backward re-runs the iterates inside its launch, unless
+    ``save_iterates``: then the forward keeps them (5 x m x n per matrix) and the backward only
+    walks them back, as under activation checkpointing. ``precision``: tl.dot's input
+    precision for float32 ("ieee", "tf32x3", "tf32"); float64 is always exact."""
     _check_matrix(x)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -170,6 +187,6 @@ def newton_schulz5_triton(
 
     def fused(flat: torch.Tensor) -> torch.Tensor:  # contiguous in the compute dtype for the kernel
         ready = flat.to(compute_dtype(x)).contiguous()
-        return _NewtonSchulz5Triton.apply(ready, steps, eps, precision).to(x.dtype)
+        return _NewtonSchulz5Triton.apply(ready, steps, eps, precision, save_iterates).to(x.dtype)
 
     return on_wide_matrices(fused, x)
