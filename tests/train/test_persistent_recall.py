@@ -36,11 +36,13 @@ def test_a_stream_asks_the_pairs_of_its_first_sequence_and_stores_them_only_ther
             assert len(answers) == 3 and labels[-1] != IGNORE
             stored = _stored(inputs, set(answers), tail=5)
             age = min((step + row) % windows, step)  # streams under way at batch 0 start there
+            values_shown = int((inputs >= 10).sum())  # value ids lie in [V/2, V)
             if age == 0:
                 assert stored == answers  # every asked key stood earlier with its value
+                assert values_shown == 3  # and nowhere else: the answers are not shown
                 first_facts[row] = answers
             else:
-                assert stored == {}  # noise only: none of the stream's keys before the tail
+                assert stored == {} and values_shown == 0  # noise and unanswered queries
                 assert answers == first_facts[row]  # the same pairs, still true
             assert bool(batch.reset[row]) == ((step + row) % windows == 0)
 

@@ -7,15 +7,18 @@ from its previous sequence are stale: the same key ids come back with new values
 model trained that way learns to forget whatever is older than one sequence (docs/results.md,
 section 1). Here a row's pairs belong to its stream: the stream's first sequence stores them
 among noise and asks about them at its end, as ``kv_multi`` does, and every later sequence of
-the same stream holds noise only and asks about the same pairs again at its end. A query in
-the stream's k-th sequence has its answer between k and k + 1 sequences back, so with the
+the same stream holds noise only and asks about the same pairs again at its end. The answers
+are not shown after their queries (noise stands there): shown, every sequence's query tail
+would write the pairs again and no answer would lie more than one sequence back. So a query
+in the stream's k-th sequence has its answer between k and k + 1 sequences back, and with the
 state carried (truncated backpropagation through time) the outer optimiser is rewarded for a
 memory that keeps a pair through noise, which packed training never asks for.
 
 The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
 so they are the same in every sequence of the stream, on every rank, and after a resume.
 Outside stream mode (packed training, validation) every row is a stream's first sequence:
-``kv_multi``'s end layout, with ids as the evaluation's ``kv_recall_batch``.
+``kv_multi``'s end layout without the answers after the queries, with ids as the
+evaluation's ``kv_recall_batch``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .tasks import MultiQueryRecall
 @dataclass(frozen=True)
 class PersistentRecall:
     """``num_pairs`` pairs per stream among noise, ``num_queries`` of them (default all, in a
-    new order each time) asked at the end of every sequence of the stream."""
+    new order each time) asked at the end of every sequence of the stream, unanswered."""
 
     seq_len: int
     vocab_size: int = 32
@@ -69,4 +72,4 @@ class PersistentRecall:
             layout.facts(1, torch.Generator().manual_seed(int(seed))) for seed in stream_seeds
         ]
         keys, values, noise_ids = (torch.cat(part) for part in zip(*per_stream))  # [B, ...]
-        return layout.lay_out(keys, values, noise_ids, generator, store=ages == 0)
+        return layout.lay_out(keys, values, noise_ids, generator, store=ages == 0, reveal=False)

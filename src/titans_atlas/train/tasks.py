@@ -204,10 +204,13 @@ class MultiQueryRecall:
         noise_ids: torch.Tensor,
         generator: torch.Generator,
         store: torch.Tensor | None = None,
+        reveal: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of ``facts``: noise, the pairs (only in the rows where ``store`` ``[B]`` bool
         is set; None: all), then the queries. Rows without their pairs ask about pairs stored
-        earlier in their stream (``persistent_recall``)."""
+        earlier in their stream (``persistent_recall``). ``reveal``: each answer but the last
+        follows its query as the next input (as in text); False leaves noise there, so the
+        query tail never writes a pair again."""
         rows, n, m = keys.shape[0], self.num_pairs, self.queries
         pick = torch.randint(noise_ids.shape[1], (rows, self.seq_len), generator=generator)
         inputs = noise_ids.gather(1, pick)  # [B, T]
@@ -230,7 +233,8 @@ class MultiQueryRecall:
         key_at = self.seq_len - (2 * m - 1) + 2 * torch.arange(m)  # [m] query positions
         inputs[:, key_at] = keys.gather(1, asked)
         labels[:, key_at] = values.gather(1, asked)
-        inputs[:, key_at[:-1] + 1] = values.gather(1, asked)[:, :-1]  # the last has no slot
+        if reveal:
+            inputs[:, key_at[:-1] + 1] = values.gather(1, asked)[:, :-1]  # the last: no slot
         return inputs, labels
 
     def _interleave(self, inputs, labels, keys, values, generator) -> None:
