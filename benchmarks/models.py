@@ -169,7 +169,8 @@ def titans_pytorch(args: argparse.Namespace) -> dict | None:
     command += ["--train-tokens", str(args.train_tokens), "--prompt-tokens"]
     command += [str(args.prompt_tokens), "--new-tokens", str(args.new_tokens)]
     command += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
-    command += ["--device", args.device] + (["--memory"] if args.memory else [])
+    command += ["--device", args.device, "--dtype", args.dtype]
+    command += ["--memory"] if args.memory else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         print(f"titans-pytorch failed:\n{done.stderr[-2000:]}")

@@ -45,13 +45,21 @@ def build(args: argparse.Namespace):
     return model.to(args.device)
 
 
+def autocast(args: argparse.Namespace):
+    """bf16 as ``benchmarks/models.py`` runs ours: autocast over fp32 parameters."""
+    enabled = args.dtype == "bf16"
+    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=enabled)
+
+
 def train_step(args: argparse.Namespace):
     model = build(args).train()
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 256, (args.batch, args.train_tokens + 1), generator=gen).to(args.device)
 
     def step() -> None:
-        model(ids, return_loss=True).backward()
+        with autocast(args):
+            loss = model(ids, return_loss=True)
+        loss.backward()
         model.zero_grad(set_to_none=True)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -74,10 +82,11 @@ def decode_tokens_per_s(args: argparse.Namespace) -> float:
         while out.shape[-1] < total:
             if out.shape[-1] == args.prompt_tokens + 1:
                 start = time.perf_counter()  # after the prompt's forward and first token
-            logits, cache = model.forward(
-                out, disable_flex_attn=True, cache=cache, return_cache=True,
-                factorized_pos_emb=pos_emb,
-            )  # fmt: skip
+            with autocast(args):
+                logits, cache = model.forward(
+                    out, disable_flex_attn=True, cache=cache, return_cache=True,
+                    factorized_pos_emb=pos_emb,
+                )  # fmt: skip
             if logits is None:  # as in its sample(): a step that only fills memory tokens
                 continue
             out = torch.cat((out, logits[:, -1].argmax(-1, keepdim=True)), dim=-1)
@@ -103,6 +112,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--memory", action="store_true", help="peak RSS of a training step")
     p.add_argument("--quick", action="store_true", help="smoke run at tiny sizes")
     args = p.parse_args()

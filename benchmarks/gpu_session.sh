@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The one prepared command for a lent GPU machine (issues 12 and 16; docs/gpu.md): the
+# correctness checks first, then the memory benchmark, then the model-level one, each step
+# time-boxed so the whole fits one device call (under 10 minutes) and a step that fails or
+# runs out of time still leaves the others' results in OUT.
+#
+#   here, once:       benchmarks/external/fetch_titans_pytorch_wheels.sh .whl
+#   on the device:    bash benchmarks/gpu_session.sh        (carry .whl; results in $OUT)
+#   smoke test here:  DEVICE=cpu OUT=/tmp/gpu_out bash benchmarks/gpu_session.sh
+#
+# DEVICE=cpu runs the same steps at toy sizes in Triton's CPU interpreter: how the script is
+# known to work without a GPU. STEP_SCALE multiplies every step's time limit.
+set -uo pipefail
+
+out="${OUT:-gpu_out}"
+device="${DEVICE:-cuda}"
+scale="${STEP_SCALE:-1}"
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" > /dev/null; then  # titans-pytorch and what it needs, offline
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH="/tmp/site:src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python="$(command -v python3)"
+
+step() {  # step NAME SECONDS COMMAND...: output in OUT/NAME.txt, status in OUT/steps.txt
+  local name=$1 limit=$(($2 * scale)) start=$SECONDS
+  shift 2
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  echo "$name rc=$rc seconds=$((SECONDS - start)) limit=$limit" | tee -a "$out/steps.txt"
+  tail -n 4 "$out/$name.txt"
+}
+
+{
+  command -v nvidia-smi > /dev/null && nvidia-smi
+  "$python" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+      torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+if [ "$device" = cuda ]; then
+  # every CUDA-only test (bf16 autocast of each model, kernels compiled), then the kernels'
+  # parity tests compiled for the GPU
+  step pytest_gpu 150 "$python" -m pytest -q -m gpu -p no:cacheprovider tests
+  step pytest_triton 120 "$python" -m pytest -q -x -m "not slow" -p no:cacheprovider \
+    tests/ops/test_triton.py tests/ops/test_triton_muon.py
+  # the memory layer and op, bf16 and fp32, ours (torch form, kernels) vs titans-pytorch
+  step bench_memory 180 "$python" benchmarks/gpu.py --device cuda --out "$out/gpu.json"
+  # MAC and lmm training and decoding in bf16, titans-pytorch's MAC beside them
+  step bench_models 120 "$python" benchmarks/models.py --device cuda --dtype bf16 \
+    --models mac lmm --modes eager --titans-pytorch "$python" --out "$out/models_bf16.json"
+else
+  export TRITON_INTERPRET=1
+  step pytest_triton 300 "$python" -m pytest -q -x -m "not slow" -p no:cacheprovider \
+    tests/ops/test_triton_muon.py -k "fused_ns5_equals or saving"
+  step bench_memory 300 "$python" benchmarks/gpu.py --device cpu --tiny --out "$out/gpu.json"
+  step bench_models 300 "$python" benchmarks/models.py --quick --dtype bf16 --models mac \
+    --modes eager --titans-pytorch none --out "$out/models_bf16.json"
+fi
