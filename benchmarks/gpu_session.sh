@@ -9,7 +9,9 @@
 #   smoke test here:  DEVICE=cpu OUT=/tmp/gpu_out bash benchmarks/gpu_session.sh
 #
 # DEVICE=cpu runs the same steps at toy sizes in Triton's CPU interpreter: how the script is
-# known to work without a GPU. STEP_SCALE multiplies every step's time limit.
+# known to work without a GPU. STEP_SCALE (an integer) multiplies every step's time limit.
+# The limits add up to 6 minutes, so one device call (at most 10) has room for the install
+# and the machine's warm-up, and the 15-minute budget for a second try.
 set -uo pipefail
 
 out="${OUT:-gpu_out}"
@@ -25,6 +27,7 @@ python="$(command -v python3)"
 step() {  # step NAME SECONDS COMMAND...: output in OUT/NAME.txt, status in OUT/steps.txt
   local name=$1 limit=$(($2 * scale)) start=$SECONDS
   shift 2
+  echo "$name started limit=$limit" >> "$out/steps.txt"  # a step killed with the call shows
   timeout "$limit" "$@" > "$out/$name.txt" 2>&1
   local rc=$?
   echo "$name rc=$rc seconds=$((SECONDS - start)) limit=$limit" | tee -a "$out/steps.txt"
@@ -41,13 +44,13 @@ cat "$out/env.txt"
 if [ "$device" = cuda ]; then
   # every CUDA-only test (bf16 autocast of each model, kernels compiled), then the kernels'
   # parity tests compiled for the GPU
-  step pytest_gpu 150 "$python" -m pytest -q -m gpu -p no:cacheprovider tests
-  step pytest_triton 120 "$python" -m pytest -q -x -m "not slow" -p no:cacheprovider \
+  step pytest_gpu 90 "$python" -m pytest -q -m gpu -p no:cacheprovider tests
+  step pytest_triton 90 "$python" -m pytest -q -x -m "not slow" -p no:cacheprovider \
     tests/ops/test_triton.py tests/ops/test_triton_muon.py
   # the memory layer and op, bf16 and fp32, ours (torch form, kernels) vs titans-pytorch
-  step bench_memory 180 "$python" benchmarks/gpu.py --device cuda --out "$out/gpu.json"
+  step bench_memory 120 "$python" benchmarks/gpu.py --device cuda --out "$out/gpu.json"
   # MAC and lmm training and decoding in bf16, titans-pytorch's MAC beside them
-  step bench_models 120 "$python" benchmarks/models.py --device cuda --dtype bf16 \
+  step bench_models 60 "$python" benchmarks/models.py --device cuda --dtype bf16 \
     --models mac lmm --modes eager --titans-pytorch "$python" --out "$out/models_bf16.json"
 else
   export TRITON_INTERPRET=1

@@ -45,7 +45,7 @@ def build(args: argparse.Namespace):
     return model.to(args.device)
 
 
-def autocast(args: argparse.Namespace):
+def autocast(args: argparse.Namespace) -> torch.autocast:
     """bf16 as ``benchmarks/models.py`` runs ours: autocast over fp32 parameters."""
     enabled = args.dtype == "bf16"
     return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=enabled)

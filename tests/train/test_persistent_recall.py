@@ -28,6 +28,7 @@ def test_a_stream_asks_the_pairs_of_its_first_sequence_and_stores_them_only_ther
     batches = TaskBatches(make_task("kv_persistent", 40, ARGS), rows, seed=5,
                           stream_windows=windows)  # fmt: skip
     first_facts: dict[int, dict[int, int]] = {}
+    every_stream = []  # the pairs of each stream, in the order they start
     for step in range(steps):
         batch = batches.next()
         for row in range(rows):
@@ -41,10 +42,16 @@ def test_a_stream_asks_the_pairs_of_its_first_sequence_and_stores_them_only_ther
                 assert stored == answers  # every asked key stood earlier with its value
                 assert values_shown == 3  # and nowhere else: the answers are not shown
                 first_facts[row] = answers
+                every_stream.append(tuple(sorted(answers.items())))
             else:
                 assert stored == {} and values_shown == 0  # noise and unanswered queries
                 assert answers == first_facts[row]  # the same pairs, still true
             assert bool(batch.reset[row]) == ((step + row) % windows == 0)
+    starts = rows + sum(
+        (step + row) % windows == 0 for step in range(1, steps) for row in range(rows)
+    )
+    assert len(every_stream) == starts == 14  # all rows at batch 0, then every W-th batch
+    assert len(set(every_stream)) == len(every_stream)  # a new stream, new pairs
 
 
 def test_streams_differ_and_outside_stream_mode_every_row_stores_its_pairs():

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from titans_atlas.train import RUN_PRESETS, RunConfig, build_config
-from titans_atlas.train.config import config_differences
+from titans_atlas.train.config import config_differences, resume_differences
 
 
 def test_every_preset_builds_its_model():
@@ -76,3 +76,26 @@ def test_round_trip_and_differences():
     assert RunConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
     other = build_config("debug", overrides=["train.steps=9", "data.mode=stream"])
     assert config_differences(config.to_dict(), other.to_dict()) == ["data.mode", "train.steps"]
+
+
+@pytest.mark.parametrize(
+    "saved_rows, saved_world, rows, world, ok",
+    [(4, 2, 4, 2, True), (4, 2, 8, 1, True), (4, 2, 4, 1, False), (4, 1, 3, 1, False)],
+)
+def test_resume_needs_the_same_global_batch_even_with_the_same_rows(
+    saved_rows, saved_world, rows, world, ok
+):
+    """Rows x processes is the global batch; the same rows on another world size change it."""
+    saved = {"config": build_config("debug", overrides={"train.batch_size": saved_rows}).to_dict(),
+             "world_size": saved_world}  # fmt: skip
+    config = build_config("debug", overrides={"train.batch_size": rows})
+    differ = resume_differences(saved, config, world)
+    assert (
+        differ == []
+        if ok
+        else differ
+        == [
+            f"train.batch_size (the global batch is rows x processes: {saved_rows} x "
+            f"{saved_world} when saved, {rows} x {world} now)"
+        ]
+    )

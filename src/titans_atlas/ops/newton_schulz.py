@@ -123,9 +123,11 @@ def newton_schulz5(
     """The same function as ``newton_schulz5_reference``: fused steps, and a backward that
     recomputes the iterates from the saved input -- unless ``save_iterates``, which keeps
     them instead: right inside activation checkpointing, whose recompute already re-runs
-    this forward just before the backward (and whose first forward keeps nothing)."""
+    this forward just before the backward (and whose first forward keeps nothing). Without
+    grad mode there is no backward, and nothing is kept."""
     _check_matrix(x)
-    return on_wide_matrices(lambda flat: _NewtonSchulz5.apply(flat, steps, eps, save_iterates), x)
+    keep = save_iterates and torch.is_grad_enabled()
+    return on_wide_matrices(lambda flat: _NewtonSchulz5.apply(flat, steps, eps, keep), x)
 
 
 def on_wide_matrices(fn, x: torch.Tensor) -> torch.Tensor:

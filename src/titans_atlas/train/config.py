@@ -224,9 +224,11 @@ def resume_differences(saved: dict[str, Any], config: RunConfig, world_size: int
     rows = config.train.batch_size
     if "train.batch_size" in differ:
         differ.remove("train.batch_size")
-        if saved_rows * saved_world != rows * world_size:
-            differ.append(
-                f"train.batch_size (the global batch is rows x processes: {saved_rows} x "
-                f"{saved_world} when saved, {rows} x {world_size} now)"
-            )
+    # also with batch_size unchanged: another world size is another global batch (data order,
+    # and a task's stream ages and seeds, follow the global row)
+    if saved_rows * saved_world != rows * world_size:
+        differ.append(
+            f"train.batch_size (the global batch is rows x processes: {saved_rows} x "
+            f"{saved_world} when saved, {rows} x {world_size} now)"
+        )
     return differ

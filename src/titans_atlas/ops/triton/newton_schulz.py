@@ -185,8 +185,10 @@ def newton_schulz5_triton(
             "TRITON_INTERPRET=1 before triton is first imported to run it on the CPU"
         )
 
+    keep = save_iterates and torch.is_grad_enabled()  # no backward, nothing to keep
+
     def fused(flat: torch.Tensor) -> torch.Tensor:  # contiguous in the compute dtype for the kernel
         ready = flat.to(compute_dtype(x)).contiguous()
-        return _NewtonSchulz5Triton.apply(ready, steps, eps, precision, save_iterates).to(x.dtype)
+        return _NewtonSchulz5Triton.apply(ready, steps, eps, precision, keep).to(x.dtype)
 
     return on_wide_matrices(fused, x)
