@@ -51,6 +51,8 @@ PAIRS, VOCAB = 4, 32
 
 
 def run(args: argparse.Namespace) -> dict:
+    if not 1 <= args.test_pairs <= VOCAB // 2 - 2:  # before training, not after it
+        raise ValueError(f"--test-pairs must lie in [1, {VOCAB // 2 - 2}], got {args.test_pairs}")
     config = run_config(args)
     start = time.time()
     if args.evaluate_only:  # the training losses are in that run's own record
@@ -62,7 +64,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.test_decay_min is not None:
         set_decay_floor(model, args.test_decay_min)
     measured = recall_by_distance(
-        model, DISTANCES, args.lengths, train_length=128, vocab_size=VOCAB, num_pairs=PAIRS,
+        model, DISTANCES, args.lengths, train_length=128, vocab_size=VOCAB,
+        num_pairs=args.test_pairs,
         samples=args.samples, seed=1000 + args.seed,
     )  # fmt: skip
     near, far = measured["distance"], measured["length"]
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model,
         "task": config.data.source,
         "seed": args.seed,
-        "overrides": args.set + evaluation_overrides(args),
+        "overrides": args.set + evaluation_overrides(args) + _pairs_override(args),
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": config.train.steps,
         "final_loss": round(sum(losses[s] for s in last) / len(last), 4) if last else None,
@@ -84,6 +87,10 @@ def run(args: argparse.Namespace) -> dict:
         "evaluated_only": args.evaluate_only,
         "samples": args.samples,
     }
+
+
+def _pairs_override(args: argparse.Namespace) -> list[str]:
+    return [] if args.test_pairs == PAIRS else [f"test:pairs={args.test_pairs}"]
 
 
 def run_config(args: argparse.Namespace):
@@ -211,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lengths", type=int, nargs="+", default=list(LENGTHS),
         help="sequence lengths of the length test (answer LENGTH - 16 back)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--test-pairs", type=int, default=PAIRS,
+        help="pairs per evaluation row: the asked one and PAIRS - 1 distractors at random places",
     )  # fmt: skip
     add_evaluation_options(parser)
     return parser

@@ -56,3 +56,20 @@ def test_set_decay_floor_changes_the_decay_gate_only():
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
     with pytest.raises(ValueError, match="decay_min"):
         script.set_decay_floor(model, 1.5)
+
+
+def test_other_lengths_and_pairs_are_recorded_and_tabulated_beside_the_others(finished_run):
+    again = script.run(args_for("--evaluate-only", "--lengths", "300", "--test-pairs", "1"))
+    assert list(again["length_accuracy"]) == ["300"]
+    assert again["overrides"] == ["train.log_every=1", "test:pairs=1"]
+    rows = script.table([finished_run, again]).splitlines()
+    assert "L=256 | L=300" in rows[0]
+    assert rows[2].count(" - ") == 1 and rows[3].count(" - ") == 1  # each lacks the other's
+
+
+@pytest.mark.parametrize("pairs", ["0", "15"])
+def test_a_bad_pair_count_is_refused_before_training(tmp_path, monkeypatch, pairs):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="--test-pairs"):
+        script.run(args_for("--test-pairs", pairs))
+    assert not (tmp_path / "runs").exists()
