@@ -44,6 +44,13 @@ class Timing:
     other_cpu_s: float
 
 
+def bf16_autocast(device: str, dtype: str) -> torch.autocast:
+    """The step's precision: ``dtype`` "bf16" is autocast to bfloat16 over fp32 parameters
+    (as training runs it), "fp32" a no-op. Ours and titans-pytorch's benchmarks use the same."""
+    enabled = dtype == "bf16"
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
+
+
 def set_threads(n: int) -> None:
     """Use ``n`` intra-op threads (and, if still possible, ``n`` inter-op threads)."""
     torch.set_num_threads(n)

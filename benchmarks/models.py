@@ -54,9 +54,8 @@ def build(name: str, args: argparse.Namespace) -> ta.LanguageModel:
     return ta.create_model(name, **size).to(args.device)
 
 
-def autocast(args: argparse.Namespace):
-    enabled = args.dtype == "bf16"
-    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=enabled)
+def autocast(args: argparse.Namespace) -> torch.autocast:
+    return _harness.bf16_autocast(args.device, args.dtype)
 
 
 def sync(args: argparse.Namespace) -> None:

@@ -46,9 +46,7 @@ def build(args: argparse.Namespace):
 
 
 def autocast(args: argparse.Namespace) -> torch.autocast:
-    """bf16 as ``benchmarks/models.py`` runs ours: autocast over fp32 parameters."""
-    enabled = args.dtype == "bf16"
-    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=enabled)
+    return _harness.bf16_autocast(args.device, args.dtype)
 
 
 def train_step(args: argparse.Namespace):
