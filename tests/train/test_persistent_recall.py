@@ -104,3 +104,31 @@ def test_a_model_trains_on_it_in_stream_mode(tmp_path):
                  "data.stream_tokens=96", "train.steps=4", f"train.out_dir={tmp_path}"]  # fmt: skip
     losses = Trainer(build_config("recall", overrides=overrides)).run().losses
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(list(losses.values()))))
+
+
+def test_new_pairs_are_stored_and_asked_in_their_own_sequence_beside_the_streams():
+    task = make_task("kv_persistent", 40, {**ARGS, "new_pairs": 2})
+    ages, seeds = torch.arange(4), torch.full((4,), 123)  # one stream's first four sequences
+    inputs, labels = task.sample_stream(ages, seeds, torch.Generator().manual_seed(0))
+    answers = [_answers(i, l) for i, l in zip(inputs, labels)]
+    facts = dict(set(answers[1].items()) & set(answers[2].items()) & set(answers[3].items()))
+    assert len(facts) == 3 and all(len(a) == 5 for a in answers)
+    assert facts.items() <= answers[0].items()  # the stream's pairs, the same every time
+    for age in range(4):
+        body = inputs[age, : 40 - 9]  # before the 9-token query tail
+        stored = _stored(inputs[age], set(answers[age]), tail=9)
+        new = {k: v for k, v in answers[age].items() if k not in facts}
+        assert stored == (answers[age] if age == 0 else new) and len(new) == 2
+        assert int((body >= 10).sum()) == len(stored)  # values only after stored keys
+        if age:  # the stream's keys stand nowhere but in the queries
+            assert not any(int((body == key).sum()) for key in facts)
+    news = [frozenset(a.items() - facts.items()) for a in answers]
+    assert len(set(news)) == 4  # each sequence its own new pairs
+
+
+def test_new_pairs_must_leave_a_noise_id():
+    make_task("kv_persistent", 40, {**ARGS, "new_pairs": 5})  # 3 + 5 of 9 key ids
+    with pytest.raises(ValueError, match="new_pairs"):
+        make_task("kv_persistent", 40, {**ARGS, "new_pairs": 6})
+    with pytest.raises(ValueError, match="new_pairs"):
+        make_task("kv_persistent", 40, {**ARGS, "new_pairs": -1})

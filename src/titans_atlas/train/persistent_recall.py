@@ -14,6 +14,14 @@ in the stream's k-th sequence has its answer between k and k + 1 sequences back,
 state carried (truncated backpropagation through time) the outer optimiser is rewarded for a
 memory that keeps a pair through noise, which packed training never asks for.
 
+With ``new_pairs = e`` every sequence also stores e pairs of its own among the noise (keys
+the stream's facts do not use, values drawn per sequence) and asks them in its query tail
+with the stream's pairs. Without them the only pairs written after a stream's first sequence
+are none, and a model trained so learns to keep a pair through noise but not through newer
+pairs (docs/results.md); with them the writes that must not erase the stream's facts are
+pairs like them, as in the evaluation's distractors. A new pair's key may come back in a
+later sequence with another value: that pair was updated, and only its newest value is asked.
+
 The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
 so they are the same in every sequence of the stream, on every rank, and after a resume.
 Outside stream mode (packed training, validation) every row is a stream's first sequence:
@@ -32,20 +40,30 @@ from .tasks import MultiQueryRecall
 
 @dataclass(frozen=True)
 class PersistentRecall:
-    """``num_pairs`` pairs per stream among noise, ``num_queries`` of them (default all, in a
-    new order each time) asked at the end of every sequence of the stream, unanswered."""
+    """``num_pairs`` pairs per stream among noise and ``new_pairs`` more per sequence;
+    ``num_queries`` of a sequence's pairs (default all, in a new order each time) asked at
+    its end, unanswered."""
 
     seq_len: int
     vocab_size: int = 32
     num_pairs: int = 4
     num_queries: int | None = None
+    new_pairs: int = 0
 
     def __post_init__(self) -> None:
+        room = self.vocab_size // 2 - 2 - self.num_pairs  # key ids left beside one for noise
+        if self.new_pairs and not 0 <= self.new_pairs <= room:
+            raise ValueError(
+                f"new_pairs must lie in [0, {room}] (vocab_size={self.vocab_size} and "
+                f"num_pairs={self.num_pairs} leave that many key ids), got {self.new_pairs}"
+            )
         self.one_sequence()  # ValueErrors for bad arguments, as kv_multi raises them
 
     def one_sequence(self) -> MultiQueryRecall:
-        """The layout of one sequence: ``kv_multi``'s end layout with these arguments."""
-        return MultiQueryRecall(self.seq_len, self.vocab_size, self.num_pairs, self.num_queries)
+        """The layout of one sequence: ``kv_multi``'s end layout of the stream's pairs and
+        the sequence's new ones."""
+        pairs = self.num_pairs + self.new_pairs
+        return MultiQueryRecall(self.seq_len, self.vocab_size, pairs, self.num_queries)
 
     def sample(
         self, batch_size: int, generator: torch.Generator
@@ -67,9 +85,33 @@ class PersistentRecall:
             )
         if bool((ages < 0).any()):
             raise ValueError("ages must be >= 0")
-        layout = self.one_sequence()
+        streams = MultiQueryRecall(self.seq_len, self.vocab_size, self.num_pairs)
         per_stream = [
-            layout.facts(1, torch.Generator().manual_seed(int(seed))) for seed in stream_seeds
+            streams.facts(1, torch.Generator().manual_seed(int(seed))) for seed in stream_seeds
         ]
         keys, values, noise_ids = (torch.cat(part) for part in zip(*per_stream))  # [B, ...]
-        return layout.lay_out(keys, values, noise_ids, generator, store=ages == 0, reveal=False)
+        store = ages == 0  # [B]
+        if self.new_pairs:
+            keys, values, noise_ids = self._add_new_pairs(keys, values, noise_ids, generator)
+            new = torch.ones(len(ages), self.new_pairs, dtype=torch.bool)  # stored every time
+            store = torch.cat([store[:, None].expand(-1, self.num_pairs), new], 1)  # [B, n + e]
+        layout = self.one_sequence()
+        return layout.lay_out(keys, values, noise_ids, generator, store=store, reveal=False)
+
+    def _add_new_pairs(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        noise_ids: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stream's pairs ``[B, n]`` with this sequence's ``e`` new ones appended
+        (``[B, n + e]``), their keys taken out of the noise ids (``[B, N]`` -> ``[B, N - e]``)."""
+        rows, half = keys.shape[0], self.vocab_size // 2
+        shuffle = torch.rand(noise_ids.shape, generator=generator).argsort(-1)
+        noise_ids = noise_ids.gather(1, shuffle)
+        new_keys, noise_ids = noise_ids[:, : self.new_pairs], noise_ids[:, self.new_pairs :]
+        new_values = torch.randint(
+            half, self.vocab_size, (rows, self.new_pairs), generator=generator
+        )
+        return torch.cat([keys, new_keys], 1), torch.cat([values, new_values], 1), noise_ids

@@ -206,11 +206,11 @@ class MultiQueryRecall:
         store: torch.Tensor | None = None,
         reveal: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows of ``facts``: noise, the pairs (only in the rows where ``store`` ``[B]`` bool
-        is set; None: all), then the queries. Rows without their pairs ask about pairs stored
-        earlier in their stream (``persistent_recall``). ``reveal``: each answer but the last
-        follows its query as the next input (as in text); False leaves noise there, so the
-        query tail never writes a pair again."""
+        """Rows of ``facts``: noise, the pairs (only where ``store`` is set: ``[B]`` bool per
+        row or ``[B, n]`` per pair; None: all), then the queries. Pairs not stored here were
+        stored earlier in the row's stream (``persistent_recall``). ``reveal``: each answer
+        but the last follows its query as the next input (as in text); False leaves noise
+        there, so the query tail never writes a pair again."""
         rows, n, m = keys.shape[0], self.num_pairs, self.queries
         pick = torch.randint(noise_ids.shape[1], (rows, self.seq_len), generator=generator)
         inputs = noise_ids.gather(1, pick)  # [B, T]
@@ -222,9 +222,10 @@ class MultiQueryRecall:
             return inputs, labels
         slot = torch.rand(rows, self.slots, generator=generator).argsort(-1)[:, :n]
         starts = 2 * slot  # [B, n] distinct even positions before the tail
-        if store is not None:  # rows without pairs keep their noise there
-            keys_here = torch.where(store[:, None], keys, inputs.gather(1, starts))
-            values_here = torch.where(store[:, None], values, inputs.gather(1, starts + 1))
+        if store is not None:  # pairs not stored here leave their slots to noise
+            store = store[:, None] if store.ndim == 1 else store  # [B, 1] or [B, n]
+            keys_here = torch.where(store, keys, inputs.gather(1, starts))
+            values_here = torch.where(store, values, inputs.gather(1, starts + 1))
         else:
             keys_here, values_here = keys, values
         inputs.scatter_(1, starts, keys_here)
