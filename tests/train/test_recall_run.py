@@ -124,6 +124,12 @@ def test_task_streams_reset_each_row_every_n_batches_staggered():
     assert TaskBatches(task, 3, seed=0).next().reset is None  # packed: every batch fresh
 
 
+@pytest.mark.parametrize("rows, rank, world", [(0, 0, 1), (2, 2, 2), (2, -1, 2), (2, 0, 0)])
+def test_task_batches_name_a_bad_rank_or_batch(rows, rank, world):
+    with pytest.raises(ValueError, match="rank < world_size"):
+        TaskBatches(make_task("kv_multi", 32, {}), rows, seed=0, rank=rank, world_size=world)
+
+
 def test_stream_mode_on_a_task_carries_the_state_and_resumes_exactly(tmp_path):
     stream = ["data.mode=stream", "data.stream_tokens=96", "train.steps=6"]
     config = build_config("recall", overrides=[*TINY, *stream, f"train.out_dir={tmp_path / 'a'}"])

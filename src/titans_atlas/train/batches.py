@@ -259,6 +259,7 @@ class TaskBatches:
         world_size: int = 1,
         stream_windows: int = 0,
     ):
+        _check_rank(batch_size, rank, world_size)
         if stream_windows < 0:
             raise ValueError(f"stream_windows must be >= 0, got {stream_windows}")
         self.task, self.batch_size, self.seed = task, batch_size, seed
