@@ -16,10 +16,10 @@ memory that keeps a pair through noise, which packed training never asks for.
 
 With ``new_pairs = e`` every sequence also stores e pairs of its own among the noise (keys
 the stream's facts do not use, values drawn per sequence) and asks them in its query tail
-with the stream's pairs. Without them the only pairs written after a stream's first sequence
-are none, and a model trained so learns to keep a pair through noise but not through newer
+with the stream's pairs. Without them nothing but noise is written after a stream's first
+sequence, and a model trained so learned to keep a pair through noise but not through newer
 pairs (docs/results.md); with them the writes that must not erase the stream's facts are
-pairs like them, as in the evaluation's distractors. A new pair's key may come back in a
+pairs like them, as the evaluation's distractors are. A new pair's key may come back in a
 later sequence with another value: that pair was updated, and only its newest value is asked.
 
 The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
