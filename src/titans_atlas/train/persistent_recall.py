@@ -19,8 +19,10 @@ the stream's facts do not use, values drawn per sequence) and asks them in its q
 with the stream's pairs. Without them nothing but noise is written after a stream's first
 sequence, and a model trained so learned to keep a pair through noise but not through newer
 pairs (docs/results.md); with them the writes that must not erase the stream's facts are
-pairs like them, as the evaluation's distractors are. A new pair's key may come back in a
-later sequence with another value: that pair was updated, and only its newest value is asked.
+pairs like them, as the evaluation's distractors are. Every key id has one value for the
+whole stream, so a key that comes back as a new pair brings the same value: nothing a stream
+says goes stale. (A first version drew new values per sequence; that taught overwriting,
+as ``kv_multi``'s streams do: docs/results.md.)
 
 The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
 so they are the same in every sequence of the stream, on every rank, and after a resume.
@@ -85,33 +87,40 @@ class PersistentRecall:
             )
         if bool((ages < 0).any()):
             raise ValueError("ages must be >= 0")
-        streams = MultiQueryRecall(self.seq_len, self.vocab_size, self.num_pairs)
-        per_stream = [
-            streams.facts(1, torch.Generator().manual_seed(int(seed))) for seed in stream_seeds
-        ]
-        keys, values, noise_ids = (torch.cat(part) for part in zip(*per_stream))  # [B, ...]
+        per_stream = [self._stream(int(seed)) for seed in stream_seeds]
+        keys, values, noise_ids, table = (torch.cat(part) for part in zip(*per_stream))
         store = ages == 0  # [B]
         if self.new_pairs:
-            keys, values, noise_ids = self._add_new_pairs(keys, values, noise_ids, generator)
+            keys, values, noise_ids = self._add_new_pairs(keys, values, noise_ids, table, generator)
             new = torch.ones(len(ages), self.new_pairs, dtype=torch.bool)  # stored every time
             store = torch.cat([store[:, None].expand(-1, self.num_pairs), new], 1)  # [B, n + e]
         layout = self.one_sequence()
         return layout.lay_out(keys, values, noise_ids, generator, store=store, reveal=False)
+
+    def _stream(self, seed: int) -> tuple[torch.Tensor, ...]:
+        """One stream's pairs: keys and values ``[1, n]``, noise ids ``[1, N]`` (``kv_multi``'s
+        draws), and its value for every key id ``[1, V/2 - 1]`` (id k at k - 1), which the
+        sequences' new pairs take, so a key that comes back brings the same value."""
+        generator = torch.Generator().manual_seed(seed)
+        streams = MultiQueryRecall(self.seq_len, self.vocab_size, self.num_pairs)
+        keys, values, noise_ids = streams.facts(1, generator)
+        half = self.vocab_size // 2
+        table = torch.randint(half, self.vocab_size, (1, half - 1), generator=generator)
+        return keys, values, noise_ids, table
 
     def _add_new_pairs(
         self,
         keys: torch.Tensor,
         values: torch.Tensor,
         noise_ids: torch.Tensor,
+        table: torch.Tensor,
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The stream's pairs ``[B, n]`` with this sequence's ``e`` new ones appended
-        (``[B, n + e]``), their keys taken out of the noise ids (``[B, N]`` -> ``[B, N - e]``)."""
-        rows, half = keys.shape[0], self.vocab_size // 2
+        (``[B, n + e]``), their keys taken out of the noise ids (``[B, N]`` -> ``[B, N - e]``)
+        and their values from the stream's ``table`` ``[B, V/2 - 1]``."""
         shuffle = torch.rand(noise_ids.shape, generator=generator).argsort(-1)
         noise_ids = noise_ids.gather(1, shuffle)
         new_keys, noise_ids = noise_ids[:, : self.new_pairs], noise_ids[:, self.new_pairs :]
-        new_values = torch.randint(
-            half, self.vocab_size, (rows, self.new_pairs), generator=generator
-        )
+        new_values = table.gather(1, new_keys - 1)
         return torch.cat([keys, new_keys], 1), torch.cat([values, new_values], 1), noise_ids
