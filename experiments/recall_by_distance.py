@@ -141,13 +141,16 @@ def plt_colors(count: int) -> list:
     return [matplotlib.colormaps["tab20" if count > 10 else "tab10"](i) for i in range(count)]
 
 
-def plot(path: Path, out: Path) -> None:
+def plot(path: Path, out: Path, match: list[str] | None = None) -> None:
+    """``match``: only the runs whose model and overrides contain one of these strings."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = read_records(path)
+    runs = [item for item in read_records(path) if not match or any(m in _arm(item) for m in match)]
+    if not runs:
+        raise ValueError(f"no run in {path} matches --plot-match {match}")
     fig, (left, right, curve) = plt.subplots(1, 3, figsize=(18, 5))
     for item, style in zip(runs, run_styles(runs)):
         overrides = " ".join(short_override(o) for o in item["overrides"])
@@ -223,12 +226,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--test-pairs", type=int, default=PAIRS,
         help="pairs per evaluation row: the asked one and PAIRS - 1 distractors at random places",
     )  # fmt: skip
+    parser.add_argument(
+        "--plot-match", nargs="+", metavar="TEXT",
+        help="with --plot: only the runs whose overrides contain one of these, into --plot-out",
+    )  # fmt: skip
+    parser.add_argument("--plot-out", type=Path, help="with --plot-match: the PNG to write")
     add_evaluation_options(parser)
     return parser
 
 
 def main() -> None:
-    run_or_plot(build_parser().parse_args(), run, plot)
+    args = build_parser().parse_args()
+    if args.plot and args.plot_match:
+        if args.plot_out is None:
+            raise ValueError("--plot-match needs --plot-out (the full plot keeps its own PNG)")
+        plot(args.results, args.plot_out, args.plot_match)
+        return
+    run_or_plot(args, run, plot)
 
 
 if __name__ == "__main__":
