@@ -1,6 +1,7 @@
 """experiments/recall_by_distance.py: a finished run is evaluated again without training
 (--evaluate-only), optionally with a lower decay floor (--test-decay-min)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -73,3 +74,17 @@ def test_a_bad_pair_count_is_refused_before_training(tmp_path, monkeypatch, pair
     with pytest.raises(ValueError, match="--test-pairs"):
         script.run(args_for("--test-pairs", pairs))
     assert not (tmp_path / "runs").exists()
+
+
+def test_plot_match_draws_only_the_matching_runs(finished_run, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    again = script.run(args_for("--evaluate-only", "--test-pairs", "1"))
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(json.dumps(r) for r in (finished_run, again)) + "\n")
+    capsys.readouterr()
+    script.plot(records, tmp_path / "subset.png", match=["test:pairs=1"])
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 3 and "test:pairs=1" in rows[2]  # header, rule, the one match
+    assert (tmp_path / "subset.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="--plot-match"):
+        script.plot(records, tmp_path / "none.png", match=["nothing like it"])

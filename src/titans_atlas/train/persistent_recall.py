@@ -21,8 +21,8 @@ sequence, and a model trained so learned to keep a pair through noise but not th
 pairs (docs/results.md); with them the writes that must not erase the stream's facts are
 pairs like them, as the evaluation's distractors are. Every key id has one value for the
 whole stream, so a key that comes back as a new pair brings the same value: nothing a stream
-says goes stale. (A first version drew new values per sequence; that taught overwriting,
-as ``kv_multi``'s streams do: docs/results.md.)
+says goes stale. (A first version drew a new value whenever a key came back, which brings
+back the stale pairs this task exists to avoid; it measured the same: docs/results.md.)
 
 The stream's pairs are drawn from a generator seeded by the stream alone (``stream_seeds``),
 so they are the same in every sequence of the stream, on every rank, and after a resume.
