@@ -282,8 +282,7 @@ def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path
     except CheckpointError as err:
         raise ValueError(f"train.init_from={str(source)!r}: {err}") from err
     theirs, ours = _flat_config(saved.config.to_dict()), _flat_config(model.config.to_dict())
-    # init_* only set starting values of parameters, which the copy overwrites
-    differ = sorted(k for k in ours | theirs if theirs.get(k) != ours.get(k) and "init_" not in k)
+    differ = sorted(k for k in ours | theirs if theirs.get(k) != ours.get(k) and not _may_differ(k))
     if differ:
         listed = ", ".join(f"{k}: saved {theirs.get(k)!r}, run {ours.get(k)!r}" for k in differ)
         raise ValueError(f"train.init_from={str(source)!r} holds another model ({listed})")
@@ -291,6 +290,13 @@ def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             tensor.copy_(weights[name])
+
+
+def _may_differ(key: str) -> bool:
+    """Config keys a fine-tuning run may change: ``init_*`` only set starting values of
+    parameters, which the copy overwrites, and ``decay_min`` is a bound on the decay gate,
+    not a weight (docs/results.md: fine-tuning with the floor lowered)."""
+    return "init_" in key or key.rsplit(".", 1)[-1] == "decay_min"
 
 
 def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
