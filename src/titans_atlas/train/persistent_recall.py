@@ -15,7 +15,7 @@ state carried (truncated backpropagation through time) the outer optimiser is re
 memory that keeps a pair through noise, which packed training never asks for.
 
 With ``new_pairs = e`` every sequence also stores e pairs of its own among the noise (keys
-the stream's facts do not use, values drawn per sequence) and asks them in its query tail
+the stream's facts do not use, drawn per sequence) and asks them in its query tail
 with the stream's pairs. Without them nothing but noise is written after a stream's first
 sequence, and a model trained so learned to keep a pair through noise but not through newer
 pairs (docs/results.md); with them the writes that must not erase the stream's facts are
