@@ -191,8 +191,15 @@ class Attention(nn.Module):
         """SDPA over query blocks ``q`` ``[B, H, T, Dh]``; a block sees the persistent tokens,
         the cache, and the new keys its rule can allow (a slice: no data-dependent shape)."""
         p_keys, p_values = self._persistent_kv(q)
-        length, cached = q.shape[2], cache.keys.to(q.dtype)
+        length = q.shape[2]
         positions = torch.arange(position, position + length, device=q.device)
+        # A call of several tokens that starts a MAC segment sees nothing cached: leave the
+        # cache out (half the keys of a segment-long call, and no gradient into it). A single
+        # token keeps it, so a compiled decode step has one graph at every position.
+        if length > 1 and self.rule.first_visible(position) >= position:
+            nothing = cache.keys.new_zeros(*cache.keys.shape[:2], 0, cache.keys.shape[3])
+            cache = KVCache(nothing, nothing, cache.positions[:0])  # no slice: no graph edge
+        cached_keys, cached_values = cache.keys.to(q.dtype), cache.values.to(q.dtype)
         outputs = []
         for start in range(0, length, QUERY_BLOCK):
             stop = min(length, start + QUERY_BLOCK)
@@ -201,12 +208,8 @@ class Attention(nn.Module):
             key_pos = torch.cat([cache.positions, *[positions[low:stop]] * len(keys)])
             mask = self.rule.allowed(positions[start:stop], key_pos)
             mask = torch.cat([mask.new_ones(mask.shape[0], p_keys.shape[2]), mask], dim=1)
-            block_keys = [p_keys, cached, *[k[:, :, low:stop] for k in keys]]
-            block_values = [
-                p_values,
-                cache.values.to(q.dtype),
-                *[v[:, :, low:stop] for v in values],
-            ]
+            block_keys = [p_keys, cached_keys, *[k[:, :, low:stop] for k in keys]]
+            block_values = [p_values, cached_values, *[v[:, :, low:stop] for v in values]]
             outputs.append(
                 F.scaled_dot_product_attention(
                     q[:, :, start:stop],

@@ -67,16 +67,24 @@ class MACBlock(nn.Module):
         if state is None:
             memory = self.memory.initial_state(x.shape[0])
             state = MACState(memory=memory, segment_weights=memory.memory.weights)
-        pieces, start = [], 0
-        while start < x.shape[1]:
-            pos = position + start
-            stop = min(x.shape[1], start + self.segment - pos % self.segment)
+        pieces, pos = [], position
+        for part in x.split(self._segment_lengths(x.shape[1], position), dim=1):
             if pos % self.segment == 0:  # a new segment reads M_{s-1}: the memory as it is now
                 state = replace(state, segment_weights=state.memory.memory.weights)
-            piece, state = self._segment(x[:, start:stop], state, pos)
+            piece, state = self._segment(part, state, pos)
             pieces.append(piece)
-            start = stop
+            pos += part.shape[1]
         return self.ffn(torch.cat(pieces, dim=1)), state
+
+    def _segment_lengths(self, length: int, position: int) -> list[int]:
+        """How a call of ``length`` tokens at ``position`` falls into segments. One ``split``
+        rather than a slice per segment: each slice's backward writes a zero-filled
+        gradient of the whole input, O(segments x length) in all."""
+        lengths, pos, end = [], position, position + length
+        while pos < end:
+            lengths.append(min(end, pos + self.segment - pos % self.segment) - pos)
+            pos += lengths[-1]
+        return lengths
 
     def _segment(
         self, x: torch.Tensor, state: MACState, position: int
