@@ -104,25 +104,61 @@ def measure_train(name: str, args: argparse.Namespace, compiled: bool) -> dict:
 
 
 def compile_speedup(name: str, args: argparse.Namespace) -> dict:
-    """Eager and compiled training steps alternating ``args.interleave`` times in one process:
-    a shared machine's load changes over the minutes between separate measurements, and hits
-    both sides of a pair alike. Returns the median of the per-pair eager / compiled ratios."""
+    """Eager and compiled training steps alternating ``args.interleave`` times in one process
+    (for ``mac``, with a titans-pytorch worker's step as the third of each round): a shared
+    machine's load changes over the minutes between separate measurements, and hits every
+    step of a round alike. Returns the medians of the per-round ratios."""
     torch._dynamo.reset()
-    eager = train_step(name, args, False)
+    steps = {"eager": train_step(name, args, False)}
     start = time.perf_counter()
-    compiled = train_step(name, args, True)
-    compiled()  # the first call compiles
+    steps["compiled"] = train_step(name, args, True)
+    steps["compiled"]()  # the first call compiles
     compile_s = time.perf_counter() - start
-    eager(), compiled()
-    ratios = []
+    worker = titans_pytorch_worker(args) if name == "mac" else None
+    if worker is not None:
+        steps["titans_pytorch"] = lambda: _worker_step(worker)
+    for step in steps.values():
+        step()
+    rounds = []
     for _ in range(args.interleave):
-        pair = []
-        for step in (eager, compiled):
-            start = time.perf_counter()
-            step()
-            pair.append(time.perf_counter() - start)
-        ratios.append(pair[0] / pair[1])
-    return {"median_speedup": statistics.median(ratios), "ratios": ratios, "compile_s": compile_s}
+        rounds.append({label: _timed(step) for label, step in steps.items()})
+    if worker is not None:
+        worker.stdin.close()
+        worker.wait()
+    pairs = [("compiled", "eager")]
+    pairs += [(ours, "titans_pytorch") for ours in ("eager", "compiled") if worker is not None]
+    result = {"rounds_s": rounds, "compile_s": compile_s}
+    for one, other in pairs:  # one's tokens/s over other's, per round
+        ratios = [r[other] / r[one] for r in rounds]
+        result[f"{one}_over_{other}"] = {"median": statistics.median(ratios), "ratios": ratios}
+    return result
+
+
+def _timed(step) -> float:
+    """Seconds of one step (a worker's step reports its own)."""
+    start = time.perf_counter()
+    seconds = step()
+    return seconds if seconds is not None else time.perf_counter() - start
+
+
+def titans_pytorch_worker(args: argparse.Namespace) -> subprocess.Popen | None:
+    """The titans-pytorch MAC's training step in its own venv, served one step per line."""
+    command = _titans_pytorch_command(args)
+    if command is None:
+        return None
+    worker = subprocess.Popen(
+        [*command, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    if worker.stdout.readline().strip() != "ready":
+        print("titans-pytorch worker failed to start")
+        return None
+    return worker
+
+
+def _worker_step(worker: subprocess.Popen) -> float:
+    worker.stdin.write("step\n")
+    worker.stdin.flush()
+    return float(worker.stdout.readline())
 
 
 @torch.no_grad()
@@ -158,6 +194,19 @@ def measure_decode(name: str, args: argparse.Namespace, compiled: bool) -> dict:
 
 def titans_pytorch(args: argparse.Namespace) -> dict | None:
     """Run the titans-pytorch MAC at the same shape in its own venv; None if unavailable."""
+    command = _titans_pytorch_command(args)
+    if command is None:
+        return None
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        print(f"titans-pytorch failed:\n{done.stderr[-2000:]}")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _titans_pytorch_command(args: argparse.Namespace) -> list[str] | None:
+    """The command line of ``external/titans_pytorch_mac.py`` at this run's shape, or None
+    (with a message) when its venv is not there."""
     python = Path(args.titans_pytorch) if args.titans_pytorch != "auto" else DEFAULT_VENV_PYTHON
     if args.titans_pytorch == "none" or not python.exists():
         print(f"titans-pytorch: skipped (no interpreter at {python}; see external/)")
@@ -170,11 +219,14 @@ def titans_pytorch(args: argparse.Namespace) -> dict | None:
     command += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
     command += ["--device", args.device, "--dtype", args.dtype]
     command += ["--memory"] if args.memory else []
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode:
-        print(f"titans-pytorch failed:\n{done.stderr[-2000:]}")
-        return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return command
+
+
+INTERLEAVED_LABELS = {
+    "compiled_over_eager": "compiled / eager",
+    "eager_over_titans_pytorch": "eager / titans-pytorch eager",
+    "compiled_over_titans_pytorch": "compiled / titans-pytorch eager",
+}
 
 
 def markdown(report: dict) -> str:
@@ -193,11 +245,15 @@ def markdown(report: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     for row in pairs:
         pair = row["train_interleaved"]
-        speedup, seconds = pair["median_speedup"], pair["compile_s"]
-        lines.append(
-            f"\n{row['model']} compiled vs eager training, interleaved: "
-            f"{speedup:.2f}x (compiled in {seconds:.0f} s)"
-        )
+        lines.append(f"\n{row['model']} training steps interleaved (medians of per-round ratios):")
+        for key, label in INTERLEAVED_LABELS.items():
+            if key in pair:
+                ratios = pair[key]["ratios"]
+                lines.append(
+                    f"- {label}: {pair[key]['median']:.2f}x "
+                    f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} rounds)"
+                )
+        lines.append(f"- compile time {pair['compile_s']:.0f} s")
     ours = {r["mode"]: r for r in rows if r["model"] == "mac"}
     theirs = report.get("titans_pytorch")
     if theirs and ours:

@@ -10,7 +10,8 @@ Prints one JSON line. Shape: bytes (256 tokens), ``dim``, ``depth``, segment ``s
 README's example), its other defaults (memory chunk = segment + long-term tokens, 4 residual
 streams). train: ``model(ids, return_loss=True).backward()`` on ``batch x train_tokens``.
 decode: its own ``sample`` loop with ``use_cache=True`` and temperature 0 (argmax), written out
-so the prompt's first forward is not timed.
+so the prompt's first forward is not timed. ``--serve``: a worker that times one training step
+per line on stdin (``models.py --interleave`` alternates it with our steps).
 """
 
 from __future__ import annotations
@@ -95,6 +96,18 @@ def decode_tokens_per_s(args: argparse.Namespace) -> float:
     return rates[1]
 
 
+def serve(step) -> None:
+    """Worker for a benchmark that interleaves this model's steps with its own: after a
+    warm-up step print "ready", then for each line on stdin run one training step and print
+    its seconds (timed here, so the pipe's latency is not counted)."""
+    step()
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        start = time.perf_counter()
+        step()
+        print(time.perf_counter() - start, flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dim", type=int, default=256)
@@ -113,12 +126,16 @@ def main() -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--memory", action="store_true", help="peak RSS of a training step")
     p.add_argument("--quick", action="store_true", help="smoke run at tiny sizes")
+    p.add_argument("--serve", action="store_true", help="time one training step per stdin line")
     args = p.parse_args()
     if args.quick:
         args.dim, args.depth, args.heads, args.segment = 32, 1, 2, 16
         args.train_tokens, args.prompt_tokens, args.new_tokens, args.repeats = 64, 16, 8, 2
     _harness.set_threads(args.threads)
     step = train_step(args)
+    if args.serve:
+        serve(step)
+        return
     timing = _harness.time_callable(step, warmup=1, repeats=args.repeats)
     train = {"tokens_per_s": args.batch * args.train_tokens / timing.median_s}
     train |= {"step_s": timing.median_s, "other_cpu_s": timing.other_cpu_s}
