@@ -235,11 +235,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_plot_options(args: argparse.Namespace) -> None:
+    """--plot-match and --plot-out only make sense together and with --plot: refuse either
+    alone rather than run (or draw the full plot) and drop the option silently."""
+    if args.plot_match and not args.plot:
+        raise ValueError("--plot-match draws a subset of a results file: it needs --plot")
+    if args.plot_match and args.plot_out is None:
+        raise ValueError("--plot-match needs --plot-out (the full plot keeps its own PNG)")
+    if args.plot_out is not None and not args.plot_match:
+        raise ValueError("--plot-out names the subset's PNG: it needs --plot-match")
+
+
 def main() -> None:
     args = build_parser().parse_args()
-    if args.plot and args.plot_match:
-        if args.plot_out is None:
-            raise ValueError("--plot-match needs --plot-out (the full plot keeps its own PNG)")
+    check_plot_options(args)
+    if args.plot_match:
         plot(args.results, args.plot_out, args.plot_match)
         return
     run_or_plot(args, run, plot)

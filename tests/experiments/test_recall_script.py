@@ -88,3 +88,19 @@ def test_plot_match_draws_only_the_matching_runs(finished_run, tmp_path, capsys)
     assert (tmp_path / "subset.png").stat().st_size > 0
     with pytest.raises(ValueError, match="--plot-match"):
         script.plot(records, tmp_path / "none.png", match=["nothing like it"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--plot-match", "x", "--plot-out", "a.png"], "needs --plot"),
+        (["--plot", "--plot-match", "x"], "needs --plot-out"),
+        (["--plot", "--plot-out", "a.png"], "needs --plot-match"),
+        (["--plot-out", "a.png"], "needs --plot-match"),
+    ],
+)
+def test_plot_subset_options_alone_are_refused(argv, message):
+    args = script.build_parser().parse_args(argv)
+    with pytest.raises(ValueError, match=message):
+        script.check_plot_options(args)
+    script.check_plot_options(script.build_parser().parse_args([]))  # none of them: fine
