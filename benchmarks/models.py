@@ -107,7 +107,9 @@ def compile_speedup(name: str, args: argparse.Namespace) -> dict:
     """Eager and compiled training steps alternating ``args.interleave`` times in one process
     (for ``mac``, with a titans-pytorch worker's step as the third of each round): a shared
     machine's load changes over the minutes between separate measurements, and hits every
-    step of a round alike. Returns the medians of the per-round ratios."""
+    step of a round alike. Each step is timed on its second call in a row, so none starts
+    with caches the step before it (another model, or the other process) has evicted.
+    Returns the medians of the per-round ratios."""
     torch._dynamo.reset()
     steps = {"eager": train_step(name, args, False)}
     start = time.perf_counter()
@@ -115,16 +117,17 @@ def compile_speedup(name: str, args: argparse.Namespace) -> dict:
     steps["compiled"]()  # the first call compiles
     compile_s = time.perf_counter() - start
     worker = titans_pytorch_worker(args) if name == "mac" else None
-    if worker is not None:
-        steps["titans_pytorch"] = lambda: _worker_step(worker)
-    for step in steps.values():
-        step()
-    rounds = []
-    for _ in range(args.interleave):
-        rounds.append({label: _timed(step) for label, step in steps.items()})
-    if worker is not None:
-        worker.stdin.close()
-        worker.wait()
+    try:
+        if worker is not None:
+            steps["titans_pytorch"] = lambda: _worker_step(worker)
+        rounds = [
+            {label: _warm_timed(step) for label, step in steps.items()}
+            for _ in range(args.interleave)
+        ]
+    finally:
+        if worker is not None:
+            worker.stdin.close()
+            worker.wait(timeout=60)
     pairs = [("compiled", "eager")]
     pairs += [(ours, "titans_pytorch") for ours in ("eager", "compiled") if worker is not None]
     result = {"rounds_s": rounds, "compile_s": compile_s}
@@ -134,15 +137,17 @@ def compile_speedup(name: str, args: argparse.Namespace) -> dict:
     return result
 
 
-def _timed(step) -> float:
-    """Seconds of one step (a worker's step reports its own)."""
+def _warm_timed(step) -> float:
+    """Seconds of the second of two calls of ``step`` (a worker's step reports its own)."""
+    step()
     start = time.perf_counter()
     seconds = step()
     return seconds if seconds is not None else time.perf_counter() - start
 
 
 def titans_pytorch_worker(args: argparse.Namespace) -> subprocess.Popen | None:
-    """The titans-pytorch MAC's training step in its own venv, served one step per line."""
+    """The titans-pytorch MAC's training step in its own venv, served one step per line;
+    None (with a message) when its venv is not there or the worker does not start."""
     command = _titans_pytorch_command(args)
     if command is None:
         return None
@@ -150,7 +155,9 @@ def titans_pytorch_worker(args: argparse.Namespace) -> subprocess.Popen | None:
         [*command, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     if worker.stdout.readline().strip() != "ready":
-        print("titans-pytorch worker failed to start")
+        worker.kill()
+        worker.wait()
+        print("titans-pytorch worker failed to start (its stderr is above)")
         return None
     return worker
 
@@ -158,7 +165,10 @@ def titans_pytorch_worker(args: argparse.Namespace) -> subprocess.Popen | None:
 def _worker_step(worker: subprocess.Popen) -> float:
     worker.stdin.write("step\n")
     worker.stdin.flush()
-    return float(worker.stdout.readline())
+    line = worker.stdout.readline()
+    if not line:
+        raise RuntimeError(f"titans-pytorch worker died (exit code {worker.poll()})")
+    return float(line)
 
 
 @torch.no_grad()
@@ -240,8 +250,8 @@ def markdown(report: dict) -> str:
         train, decode = row.get("train", {}), row.get("decode", {})
         cells = [row["model"], row["mode"], f"{train.get('tokens_per_s', math.nan):,.0f}"]
         cells += [f"{train['peak_mb']:.1f}" if "peak_mb" in train else "-"]
-        cells += [f"{decode.get('tokens_per_s', math.nan):,.1f}"]
-        cells += [f"{decode.get('ms_per_token', math.nan):.2f}"]
+        cells += [f"{decode['tokens_per_s']:,.1f}" if decode else "-"]
+        cells += [f"{decode['ms_per_token']:.2f}" if decode else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     for row in pairs:
         pair = row["train_interleaved"]
@@ -320,7 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--interleave",
         type=int,
         default=0,
-        help="also alternate eager/compiled train steps N times",
+        help="also alternate eager/compiled train steps N times (mac: and titans-pytorch's)",
     )
     p.add_argument("--titans-pytorch", default="auto", help="its venv's python, 'auto' or 'none'")
     p.add_argument("--quick", action="store_true", help="smoke run at tiny sizes")
