@@ -43,3 +43,21 @@ def test_one_token_at_a_segment_start_keeps_the_cache_shape():
     out, after = attn(x[:, SEGMENT:], cache, SEGMENT)
     torch.testing.assert_close(out, whole[:, SEGMENT:])
     assert after.keys.shape == cache.keys.shape
+
+
+def test_segment_start_gradients_equal_one_call_in_float64():
+    attn = _layer().double()
+    x = torch.randn(2, 2 * SEGMENT + 3, 32, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(2, 2 * SEGMENT + 3, 32, dtype=torch.float64)
+    whole, _ = attn(x, None, 0)
+    grads_whole = torch.autograd.grad((whole * weights).sum(), [x, *attn.parameters()])
+    cache, outs, pos = None, [], 0
+    for part in x.split([SEGMENT, SEGMENT, 3], dim=1):  # two segment starts, then a partial one
+        out, cache = attn(part, cache, pos)
+        outs.append(out)
+        pos += part.shape[1]
+    pieces = torch.cat(outs, dim=1)
+    torch.testing.assert_close(pieces, whole)
+    grads_pieces = torch.autograd.grad((pieces * weights).sum(), [x, *attn.parameters()])
+    for got, want in zip(grads_pieces, grads_whole):
+        torch.testing.assert_close(got, want)
