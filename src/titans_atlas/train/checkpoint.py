@@ -271,12 +271,7 @@ def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path
     checkpoint or a model directory) into ``model``; ValueError naming ``train.init_from``
     when the saved model config differs from the model's, or when ``source`` lies in the new
     run's directory (its checkpoints would replace the ones it starts from)."""
-    where, run_dir = Path(source).resolve(), Path(run_dir).resolve()
-    if where == run_dir or run_dir in where.parents:
-        raise ValueError(
-            f"train.init_from={str(source)!r} lies in train.out_dir={str(run_dir)!r}: the new "
-            "run would overwrite it; give the fine-tuning run another out_dir"
-        )
+    check_init_outside_run(source, run_dir)
     try:
         saved = load_model(resolve_model_dir(source))
     except CheckpointError as err:
@@ -290,6 +285,17 @@ def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             tensor.copy_(weights[name])
+
+
+def check_init_outside_run(source: str | Path, run_dir: str | Path) -> None:
+    """ValueError when ``train.init_from`` lies in the new run's directory (its checkpoints
+    would replace the ones it starts from)."""
+    where, run_dir = Path(source).resolve(), Path(run_dir).resolve()
+    if where == run_dir or run_dir in where.parents:
+        raise ValueError(
+            f"train.init_from={str(source)!r} lies in train.out_dir={str(run_dir)!r}: the new "
+            "run would overwrite it; give the fine-tuning run another out_dir"
+        )
 
 
 def _may_differ(key: str) -> bool:

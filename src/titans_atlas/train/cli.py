@@ -39,6 +39,11 @@ def add_parser(subparsers) -> None:
         "--resume", nargs="?", const=True, default=False, metavar="DIR",
         help="continue from the run directory's latest checkpoint (or from DIR)",
     )  # fmt: skip
+    train.add_argument(
+        "--force", action="store_true",
+        help="start a fresh run in a run directory that holds one (its checkpoints, metrics "
+        "and run_config are deleted); without it such a directory is refused",
+    )  # fmt: skip
     train.set_defaults(func=run_train)
 
     prep = subparsers.add_parser("prepare", help="tokenise text into memory-mapped shards")
@@ -74,7 +79,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         config = build_config(args.preset, args.config, _overrides(args))
         parallel = setup_parallel(config.train)
-        trainer = Trainer(config, resume=args.resume, parallel=parallel)
+        trainer = Trainer(config, resume=args.resume, parallel=parallel, force=args.force)
         if parallel.main:
             print(_banner(trainer), file=sys.stderr)
         result = trainer.run()
@@ -163,7 +168,8 @@ def _recall_report(trainer, result) -> None:
         from .loop import Trainer
 
         print(f"training the control: {control}, same settings", file=sys.stderr)
-        control_trainer = Trainer(control_config(trainer.config, result.run_dir))
+        # the control is retrained on every report: its directory belongs to this run
+        control_trainer = Trainer(control_config(trainer.config, result.run_dir), force=True)
         control_trainer.run()
         models[f"{control} (control)"] = control_trainer.model
     print("recall accuracy by distance to the answer, and past the training length:")

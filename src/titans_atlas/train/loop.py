@@ -24,6 +24,7 @@ from ..checkpoint import CheckpointError
 from ..models.backbone import build_model
 from ..ops import validating
 from .checkpoint import (
+    check_init_outside_run,
     find_checkpoint,
     load_initial_weights,
     save_checkpoint,
@@ -42,6 +43,7 @@ from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .pipeline import build_pipeline
+from .run_dir import clear_earlier_run, fresh_run
 from .runtime import (
     GateStats,
     SignalFlag,
@@ -69,9 +71,19 @@ class Trainer:
     process unless torchrun launched this one or ``train.strategy`` asks for DDP / FSDP)."""
 
     def __init__(
-        self, config: RunConfig, *, resume: bool | str = False, parallel: Parallel | None = None
+        self,
+        config: RunConfig,
+        *,
+        resume: bool | str = False,
+        parallel: Parallel | None = None,
+        force: bool = False,
     ):
         loop = config.train
+        self.run_dir = Path(loop.out_dir)
+        # before anything is built: a refused run costs nothing and changes nothing
+        if loop.init_from and not resume:
+            check_init_outside_run(loop.init_from, self.run_dir)
+        self.fresh = fresh_run(self.run_dir, resume, force)
         if loop.threads:
             torch.set_num_threads(loop.threads)
         self.parallel = parallel if parallel is not None else setup_parallel(loop)
@@ -79,7 +91,6 @@ class Trainer:
         self.world_size = self.parallel.world_size
         self.device = self.parallel.device or pick_device(loop)
         self.autocast = autocast_context(loop, self.device)
-        self.run_dir = Path(loop.out_dir)
         self.pipeline = build_pipeline(config, self.rank, self.world_size)
         torch.manual_seed(loop.seed)
         model_config = config.model.build()
@@ -226,6 +237,8 @@ class Trainer:
         main = self.parallel.main
         if main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.fresh == "force":
+                clear_earlier_run(self.run_dir)
             (self.run_dir / "run_config.json").write_text(
                 json.dumps(self.config.to_dict(), indent=2) + "\n"
             )
@@ -286,15 +299,21 @@ def _due(step: int, every: int) -> bool:
 
 
 def train(
-    config: RunConfig, *, resume: bool | str = False, parallel: Parallel | None = None
+    config: RunConfig,
+    *,
+    resume: bool | str = False,
+    parallel: Parallel | None = None,
+    force: bool = False,
 ) -> TrainResult:
     """Train ``config`` (resume from its ``out_dir``, or from a given run / checkpoint
-    directory); returns the losses, the last evaluation and the last checkpoint. Under
-    torchrun every rank calls it (see ``distributed.py``)."""
+    directory); returns the losses, the last evaluation and the last checkpoint. An
+    ``out_dir`` that holds another run is refused unless ``resume`` or ``force`` (start
+    over: its checkpoints, metrics and run_config are deleted). Under torchrun every rank
+    calls it (see ``distributed.py``)."""
     own = parallel is None
     parallel = setup_parallel(config.train) if own else parallel
     try:
-        return Trainer(config, resume=resume, parallel=parallel).run()
+        return Trainer(config, resume=resume, parallel=parallel, force=force).run()
     finally:
         if own:
             parallel.close()
