@@ -2,6 +2,7 @@
 trainings never share one, and checkpoint pointers stay inside their run."""
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,77 @@ def test_an_out_that_cannot_be_a_directory_is_one_clear_line(tmp_path, capsys, k
     err = capsys.readouterr().err
     assert "train.out_dir" in err and "Traceback" not in err
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_live_lock_refuses_a_second_training(tmp_path, capsys):
+    from titans_atlas.train.run_dir import RunLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = RunLock(run)
+    holder.acquire()  # another training (flock: a second open file conflicts, same process too)
+    try:
+        before = tree(run)
+        assert titans_train(run) == 2
+        err = capsys.readouterr().err
+        assert "in use" in err and str(os.getpid()) in err and ".train.lock" in err
+        assert tree(run) == before
+    finally:
+        holder.release()
+    assert not (run / ".train.lock").exists()
+
+
+def test_a_dead_process_lock_is_taken_over_with_a_message(tmp_path, capsys):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = tmp_path / "run"
+    run.mkdir()
+    owner = {"pid": gone.pid, "host": socket.gethostname()}
+    (run / ".train.lock").write_text(json.dumps(owner))
+    assert titans_train(run) == 0
+    err = capsys.readouterr().err
+    assert f"taking over the lock {run / '.train.lock'} of pid {gone.pid}" in err
+    assert not (run / ".train.lock").exists()  # released at the end
+
+
+def test_the_lock_is_released_when_training_fails(tmp_path, monkeypatch, capsys):
+    from titans_atlas.train.loop import Trainer
+
+    def fail(*args, **kwargs):
+        assert (tmp_path / "run" / ".train.lock").is_file()  # held while training
+        raise ValueError("boom")
+
+    monkeypatch.setattr(Trainer, "_run_steps", fail)
+    assert titans_train(tmp_path / "run") == 2
+    assert "boom" in capsys.readouterr().err
+    assert not (tmp_path / "run" / ".train.lock").exists()
+
+
+def test_without_flock_the_pid_file_alone_guards_the_directory(tmp_path, monkeypatch, capsys):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from titans_atlas.train import run_dir
+
+    monkeypatch.setattr(run_dir, "fcntl", None)  # as on Windows
+    first = run_dir.RunLock(tmp_path)
+    first.acquire()
+    with pytest.raises(ValueError, match="in use"):
+        run_dir.RunLock(tmp_path).acquire()
+    first.release()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owner = {"pid": gone.pid, "host": socket.gethostname()}
+    (tmp_path / ".train.lock").write_text(json.dumps(owner))
+    second = run_dir.RunLock(tmp_path)
+    second.acquire()
+    assert f"of pid {gone.pid}" in capsys.readouterr().err
+    assert json.loads((tmp_path / ".train.lock").read_text())["pid"] == os.getpid()
+    second.release()

@@ -43,7 +43,7 @@ from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .pipeline import build_pipeline
-from .run_dir import clear_earlier_run, fresh_run
+from .run_dir import clear_earlier_run, fresh_run, lock_run_dir
 from .runtime import (
     GateStats,
     SignalFlag,
@@ -233,34 +233,32 @@ class Trainer:
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        loop = self.config.train
-        main = self.parallel.main
-        if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            if self.fresh == "force":
-                clear_earlier_run(self.run_dir)
-            (self.run_dir / "run_config.json").write_text(
-                json.dumps(self.config.to_dict(), indent=2) + "\n"
-            )
-            truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
-        log = MetricsLog(
-            self.run_dir,
-            loop.steps,
-            self.step,
-            enabled=main,
-            progress=loop.progress,
-            tensorboard=loop.tensorboard,
-        )
-        gates = GateStats(self.model)
-        result = TrainResult(self.run_dir, self.step)
-        stop = SignalFlag()
+        """Train to ``train.steps``, holding the run directory's lock (released on any exit)."""
+        loop, main = self.config.train, self.parallel.main
+        lock = lock_run_dir(self.run_dir, self.parallel, self.fresh == "fresh")
         try:
-            self._run_steps(log, gates, result, stop)
+            if main:
+                if self.fresh == "force":
+                    clear_earlier_run(self.run_dir)
+                config_json = json.dumps(self.config.to_dict(), indent=2) + "\n"
+                (self.run_dir / "run_config.json").write_text(config_json)
+                truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+            log = MetricsLog(
+                self.run_dir, loop.steps, self.step, enabled=main, progress=loop.progress,
+                tensorboard=loop.tensorboard,
+            )  # fmt: skip
+            gates, result = GateStats(self.model), TrainResult(self.run_dir, self.step)
+            stop = SignalFlag()
+            try:
+                self._run_steps(log, gates, result, stop)
+            finally:
+                stop.restore()
+                gates.remove()
+                log.close()
+            return result
         finally:
-            stop.restore()
-            gates.remove()
-            log.close()
-        return result
+            if lock is not None:
+                lock.release()
 
     def _run_steps(self, log: MetricsLog, gates: GateStats, result: TrainResult, stop) -> None:
         loop = self.config.train

@@ -1,16 +1,27 @@
 """Guards of a run directory (issue 37): a fresh run does not overwrite an earlier one
-(``--resume`` continues it, ``--force`` starts over).
+(``--resume`` continues it, ``--force`` starts over), and one training at a time holds it
+(a lock file).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
+import sys
 from pathlib import Path
+from typing import Any
 
 # What a run writes at the top of its directory; any of them means an earlier run is there.
 # (control/: the recall run's control model, trained after it into RUN/control)
 RUN_FILES = ("run_config.json", "metrics.jsonl", "checkpoints", "tensorboard", "control")
+LOCK_FILE = ".train.lock"
+
+try:  # flock where the OS has it: the kernel drops the lock of a process that died
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: a pid file alone
+    fcntl = None
 
 
 def check_writable_dir(name: str, path: str | Path) -> None:
@@ -73,3 +84,119 @@ def clear_earlier_run(run_dir: str | Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+class RunLock:
+    """The lock of one training on a run directory: ``RUN/.train.lock`` holds the owner's pid
+    and host. A lock whose process is gone is taken over with a message; a live one refuses
+    with a ValueError naming the owner. Released (the file removed) by ``release()``."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        acquire = self._acquire_flock if fcntl is not None else self._acquire_exclusive
+        while not acquire():  # the file was replaced between open and lock: try again
+            pass
+
+    def _acquire_flock(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise self._held(_read_owner(self.path)) from None
+        try:  # a releasing owner unlinks the file: lock the one that is there now
+            same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return False
+        self._take_over(_read_owner(self.path))
+        self._write_owner(fd)
+        return True
+
+    def _acquire_exclusive(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = _read_owner(self.path)
+            if owner.get("host") == socket.gethostname() and not _alive(owner.get("pid")):
+                self._take_over(owner)
+                self.path.unlink(missing_ok=True)
+                return False
+            raise self._held(owner) from None
+        self._write_owner(fd)
+        return True
+
+    def _write_owner(self, fd: int) -> None:
+        owner = {"pid": os.getpid(), "host": socket.gethostname()}
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(owner) + "\n").encode())
+        os.fsync(fd)
+        self.fd = fd
+
+    def _take_over(self, owner: dict[str, Any]) -> None:
+        if owner:
+            print(
+                f"taking over the lock {self.path} of pid {owner.get('pid')} on "
+                f"{owner.get('host')}: that process is no longer running",
+                file=sys.stderr,
+            )
+
+    def _held(self, owner: dict[str, Any]) -> ValueError:
+        who = f"pid {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+        return ValueError(
+            f"run directory {str(self.path.parent)!r} is in use by a training ({who}; lock "
+            f"file {self.path}): wait for it to finish, stop it, or choose another --out"
+        )
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # while still locked: the next owner makes a new one
+        os.close(self.fd)
+        self.fd = None
+
+
+def lock_run_dir(run_dir: Path, parallel: Any, fresh: bool) -> RunLock | None:
+    """The main rank creates and locks the run directory (and, for a ``fresh`` run, checks
+    again under the lock that no other run finished there meanwhile); every rank fails
+    together if it cannot -- a rank left alone would wait in its first collective until the
+    timeout. Returns the main rank's lock (None elsewhere)."""
+    lock, refusal = None, None
+    if parallel.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(run_dir)
+        try:
+            lock.acquire()
+            if fresh:
+                check_fresh(run_dir)
+        except ValueError as err:
+            lock.release()
+            lock, refusal = None, err
+    if parallel.any(refusal is not None):
+        raise refusal or ValueError(f"rank 0 could not lock the run directory {run_dir}")
+    return lock
+
+
+def _read_owner(path: Path) -> dict[str, Any]:
+    try:
+        owner = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
