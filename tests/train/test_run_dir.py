@@ -144,3 +144,90 @@ def test_without_flock_the_pid_file_alone_guards_the_directory(tmp_path, monkeyp
     assert f"of pid {gone.pid}" in capsys.readouterr().err
     assert json.loads((tmp_path / ".train.lock").read_text())["pid"] == os.getpid()
     second.release()
+
+
+def _pointer_cases(outside: Path) -> dict[str, object]:
+    return {
+        "dotdot": {"step": 1, "dir": "../../outside/step_00000001"},
+        "absolute": {"step": 1, "dir": str(outside / "step_00000001")},
+        "parent": {"step": 1, "dir": ".."},
+        "no-dir": {"step": 1},
+        "not-an-object": [1, 2],
+        "symlink": "link",
+        "not-json": "{",
+    }
+
+
+@pytest.fixture
+def hostile_run(earlier, tmp_path, request):
+    """A copy of the earlier run whose latest.json (and best.json) is hostile, and beside it
+    a complete checkpoint outside the run that an escaping pointer would reach."""
+    import json
+    import shutil
+
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    shutil.copytree(earlier, run)
+    shutil.copytree(earlier / "checkpoints" / "step_00000001", outside / "step_00000001")
+    pointer = _pointer_cases(outside)[request.param]
+    if pointer == "link":
+        (run / "checkpoints" / "step_00000009").symlink_to(outside / "step_00000001")
+        pointer = {"step": 9, "dir": "step_00000009"}
+    for name in ("latest.json", "best.json"):
+        path = run / "checkpoints" / name
+        if isinstance(pointer, str):
+            path.write_text(pointer)
+        else:
+            path.write_text(json.dumps(pointer))
+    return run
+
+
+CASES = list(_pointer_cases(Path("/x")))
+
+
+@pytest.mark.parametrize("hostile_run", CASES, indirect=True)
+@pytest.mark.parametrize("which", ["latest", "best"])
+def test_pointers_that_leave_the_run_are_refused(hostile_run, which):
+    from titans_atlas.checkpoint import CheckpointError
+    from titans_atlas.eval.loading import load_checkpoint
+    from titans_atlas.train import find_checkpoint, resolve_model_dir
+
+    for call in (
+        lambda: find_checkpoint(hostile_run, which),
+        lambda: resolve_model_dir(hostile_run, which),
+    ):
+        with pytest.raises(CheckpointError, match=rf"{which}\.json"):
+            call()
+    if which == "latest":
+        with pytest.raises(CheckpointError, match=r"latest\.json"):
+            load_checkpoint(hostile_run)
+
+
+@pytest.mark.parametrize("hostile_run", ["dotdot", "symlink", "no-dir"], indirect=True)
+def test_resume_generate_and_eval_refuse_an_escaping_pointer(hostile_run, capsys):
+    before = tree(hostile_run)
+    assert titans_train(hostile_run, "--steps", "2", "--resume") == 2
+    assert "latest.json" in capsys.readouterr().err
+    args = ["--checkpoint", str(hostile_run)]
+    assert main(["generate", *args, "--prompt", "x", "--max-new-tokens", "2"]) == 2
+    assert "latest.json" in capsys.readouterr().err
+    assert main(["eval", *args, "--task", "mqar", "--out", str(hostile_run.parent / "e")]) == 2
+    assert "latest.json" in capsys.readouterr().err
+    assert tree(hostile_run) == before
+
+
+def test_a_manifest_naming_files_outside_its_checkpoint_is_refused(earlier, tmp_path):
+    import json
+    import shutil
+
+    from titans_atlas.checkpoint import CheckpointError
+    from titans_atlas.train.checkpoint import verify_checkpoint
+
+    step = tmp_path / "step"
+    shutil.copytree(earlier / "checkpoints" / "step_00000001", step)
+    (tmp_path / "secret").write_text("s")
+    manifest = json.loads((step / "manifest.json").read_text())
+    verify_checkpoint(step)
+    manifest["../secret"] = {"bytes": 1, "sha256": "0" * 64}
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="outside the checkpoint"):
+        verify_checkpoint(step)

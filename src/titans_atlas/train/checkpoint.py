@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -39,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from ..checkpoint import CheckpointError, load_model
 from ..models.backbone import LanguageModel
 from ..state_io import load_state, save_state
+from .run_dir import read_json_object, resolve_pointer
 
 CHECKPOINTS, LATEST, BEST, MANIFEST = "checkpoints", "latest.json", "best.json", "manifest.json"
 STATE_FILE, FORMAT, VERSION = "trainer_state.json", "titans-atlas-train", 1
@@ -160,23 +162,17 @@ def publish(
         shutil.rmtree(final)
     os.rename(tmp, final)
     _write_json(root / LATEST, {"step": step, "dir": name})
-    best = _read_pointer(root / BEST)
-    if val_loss is not None and (best is None or val_loss < best.get("val_loss", float("inf"))):
+    best = (read_json_object(root / BEST) or {}).get("val_loss")
+    best = best if isinstance(best, int | float) and math.isfinite(best) else math.inf
+    if val_loss is not None and val_loss < best:
         _write_json(root / BEST, {"step": step, "dir": name, "val_loss": val_loss})
     _rotate(root, keep_last)
     return final
 
 
-def _read_pointer(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _rotate(root: Path, keep_last: int) -> None:
     """Delete all but the newest ``keep_last`` checkpoints, the best one, and temp dirs."""
-    keep = {(_read_pointer(root / p) or {}).get("dir") for p in (LATEST, BEST)}
+    keep = {(read_json_object(root / p) or {}).get("dir") for p in (LATEST, BEST)}
     steps = sorted(p.name for p in root.glob("step_*") if p.is_dir())
     keep.update(steps[-max(keep_last, 1) :])
     for name in steps:
@@ -192,16 +188,20 @@ def verify_checkpoint(directory: str | Path, part: tuple[int, int] = (0, 1)) -> 
     ``part=(i, n)`` checks every file's size but hashes only every n-th file from the i-th
     (the n ranks of a job share the work)."""
     directory = Path(directory)
-    manifest = _read_pointer(directory / MANIFEST)
+    manifest = read_json_object(directory / MANIFEST)
     if manifest is None:
         raise CheckpointError(f"{directory} is not a complete training checkpoint (no {MANIFEST})")
     for index, (name, entry) in enumerate(sorted(manifest.items())):
         path = directory / name
-        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+        if ".." in Path(name).parts or Path(name).is_absolute():
+            raise CheckpointError(f"{directory / MANIFEST} lists {name!r} outside the checkpoint")
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{directory / MANIFEST}: the entry of {name!r} is not a table")
+        if not path.is_file() or path.stat().st_size != entry.get("bytes"):
             raise CheckpointError(f"checkpoint file {path} is missing or truncated")
-        if index % part[1] == part[0] and _digest(path) != entry["sha256"]:
+        if index % part[1] == part[0] and _digest(path) != entry.get("sha256"):
             raise CheckpointError(f"checkpoint file {path} is corrupt (SHA-256 mismatch)")
-    state = _read_pointer(directory / STATE_FILE)
+    state = read_json_object(directory / STATE_FILE)
     if not state or state.get("format") != FORMAT or state.get("version") != VERSION:
         raise CheckpointError(f"{directory / STATE_FILE} is not a {FORMAT} v{VERSION} state")
     return state
@@ -243,9 +243,9 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
     if (path / MANIFEST).is_file():
         return path
     for root in (path / CHECKPOINTS, path):
-        pointer = _read_pointer(root / (BEST if which == "best" else LATEST))
-        if pointer is not None:
-            return root / pointer["dir"]
+        target = resolve_pointer(root, BEST if which == "best" else LATEST)
+        if target is not None:
+            return target
     raise CheckpointError(f"{path} is neither a run directory nor a training checkpoint")
 
 

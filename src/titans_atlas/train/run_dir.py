@@ -1,6 +1,7 @@
 """Guards of a run directory (issue 37): a fresh run does not overwrite an earlier one
-(``--resume`` continues it, ``--force`` starts over), and one training at a time holds it
-(a lock file).
+(``--resume`` continues it, ``--force`` starts over), one training at a time holds it (a lock
+file), and a checkpoint pointer (``latest.json`` / ``best.json``) cannot lead outside its
+run's checkpoints folder.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import CheckpointError
+
 # What a run writes at the top of its directory; any of them means an earlier run is there.
 # (control/: the recall run's control model, trained after it into RUN/control)
 RUN_FILES = ("run_config.json", "metrics.jsonl", "checkpoints", "tensorboard", "control")
@@ -22,6 +25,47 @@ try:  # flock where the OS has it: the kernel drops the lock of a process that d
     import fcntl
 except ImportError:  # pragma: no cover - Windows: a pid file alone
     fcntl = None
+
+
+def read_json_object(path: Path) -> dict | None:
+    """A JSON object from ``path``; None when it is absent, unreadable or not an object (for
+    readers that fall back, like rotation: a damaged ``best.json`` must not stop a save)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def resolve_pointer(root: Path, name: str) -> Path | None:
+    """The checkpoint folder that the pointer ``root/name`` names; None when there is no such
+    pointer. CheckpointError naming the file when it is unreadable, lacks ``"dir"``, or its
+    ``"dir"`` is not one folder name inside ``root`` (``..``, an absolute path, or a symlink
+    that leads elsewhere): a pointer never sends resume, generate or eval out of its run."""
+    path = root / name
+    if not path.is_file():
+        return None
+    try:
+        pointer = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint pointer {path} is unreadable: {err}") from err
+    target = pointer.get("dir") if isinstance(pointer, dict) else None
+    if not isinstance(target, str) or not target:
+        raise CheckpointError(
+            f'checkpoint pointer {path} has no "dir" (the checkpoint folder it names, like '
+            f'"step_00000100"): got {str(pointer)[:80]}'
+        )
+    if Path(target).is_absolute() or len(Path(target).parts) != 1 or target in (".", ".."):
+        raise CheckpointError(
+            f'checkpoint pointer {path}: "dir" must be one folder name inside {root} (like '
+            f'"step_00000100"), got {target!r}'
+        )
+    if (root / target).resolve().parent != root.resolve():
+        raise CheckpointError(
+            f"checkpoint pointer {path} names {target!r}, a link that leads outside {root} "
+            f"(to {(root / target).resolve()})"
+        )
+    return root / target
 
 
 def check_writable_dir(name: str, path: str | Path) -> None:
