@@ -9,9 +9,11 @@ import argparse
 import json
 import re
 import sys
+import time
 
 from ..checkpoint import CheckpointError
 from .extras import MissingDependencyError
+from .inference import Evaluator
 from .memory import MemoryBudgetError
 from .registry import TASKS, EvalSettings, list_tasks, run_task
 
@@ -112,6 +114,31 @@ def settings_from(args: argparse.Namespace) -> EvalSettings:
     return EvalSettings(**options)
 
 
+class Progress:
+    """One stderr line per scored sample, and, while a long input is read, one every
+    ``every`` seconds: a long evaluation is never silent."""
+
+    KEYS = ("task", "length", "depth", "distance", "kv_pairs")
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every, self.start = every, time.perf_counter()
+        self.last = self.start
+
+    def sample(self, index: int, outcome: dict) -> None:
+        where = ", ".join(f"{k} {outcome[k]}" for k in self.KEYS if k in outcome)
+        score = outcome.get("score")
+        scored = f"score {score:.3f}" if isinstance(score, float | int) else "scored"
+        self.say(f"sample {index + 1} ({where}): {scored}")
+
+    def tokens(self, done: int, total: int) -> None:
+        if time.perf_counter() - self.last >= self.every:
+            self.say(f"read {done:,} of {total:,} tokens")
+
+    def say(self, text: str) -> None:
+        self.last = time.perf_counter()
+        print(f"[{self.last - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from .loading import load_checkpoint
     from .results import checkpoint_record, write_result
@@ -124,7 +151,17 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from(args)
         loaded = load_checkpoint(args.checkpoint, device=args.device, backend=args.backend)
         print(f"{TASKS[args.task].label} on {loaded.model_dir} (sha256 {loaded.sha256[:12]})")
-        result = run_task(args.task, loaded.model, loaded.tokenizer, settings)
+        progress = Progress()
+        if settings.longest() >= 1 << 20:  # building such a prompt alone takes seconds
+            progress.say(f"building prompts of up to {settings.longest():,} tokens")
+        evaluator = Evaluator(
+            loaded.model, piece_size=settings.piece_size, force=settings.force,
+            on_tokens=progress.tokens,
+        )  # fmt: skip
+        result = run_task(
+            args.task, loaded.model, loaded.tokenizer, settings, evaluator=evaluator,
+            progress=progress.sample,
+        )  # fmt: skip
         result["checkpoint"] = checkpoint_record(loaded)
         json_path, png_path = write_result(result, args.out)
     except (ValueError, CheckpointError, MissingDependencyError, MemoryBudgetError) as err:

@@ -10,7 +10,7 @@ Any object with ``config.vocab_size`` and ``model(ids [B, T], state=None, last_o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ class Evaluator:
     piece_size: int = DEFAULT_PIECE
     force: bool = False
     check_budget: bool = True
+    # called with (tokens read, tokens in all) after each piece of a long input: progress
+    on_tokens: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.piece_size, int) or self.piece_size < 1:
@@ -77,7 +79,12 @@ class Evaluator:
             logits, state = self.model(
                 tokens[:, start : start + self.piece_size], state=state, last_only=True
             )
+            self._report(start + self.piece_size, tokens.shape[1])
         return logits[0, -1].float(), state
+
+    def _report(self, done: int, total: int) -> None:
+        if self.on_tokens is not None and total > self.piece_size:
+            self.on_tokens(min(done, total), total)
 
     @torch.no_grad()
     def greedy(
@@ -136,4 +143,5 @@ class Evaluator:
         for start in range(0, input_ids.shape[1], self.piece_size):
             logits, state = self.model(input_ids[:, start : start + self.piece_size], state=state)
             outputs.append(logits)
+            self._report(start + self.piece_size, input_ids.shape[1])
         return torch.cat(outputs, dim=1)

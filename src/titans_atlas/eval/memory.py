@@ -30,6 +30,9 @@ from ..layers.neural_memory import NeuralMemory
 HIDDEN_COPIES = 48
 SCAN_COPIES = 24
 LOGIT_COPIES = 3  # logits, log-softmax, the upcast/gathered copy
+# A prompt in host memory while it is built: its text (a few bytes a token), the list of
+# Python ints (an 8-byte pointer and a 32-byte int object each) and the int64 tensor.
+PROMPT_BYTES_PER_TOKEN = 64
 
 
 class MemoryBudgetError(RuntimeError):
@@ -147,6 +150,17 @@ def check_memory(estimate: MemoryEstimate, available: int, force: bool = False) 
         raise MemoryBudgetError(
             f"evaluating needs about {estimate.describe()}, but only {_gib(available)} is "
             "free; use a smaller length or piece size, or --force to run anyway"
+        )
+
+
+def check_prompt_memory(length: int, force: bool = False) -> None:
+    """Raise MemoryBudgetError when a prompt of ``length`` tokens would not fit in the host's
+    free memory as it is built (text, token list and tensor), unless forced."""
+    need, free = length * PROMPT_BYTES_PER_TOKEN, available_memory("cpu")
+    if need > free and not force:
+        raise MemoryBudgetError(
+            f"building a prompt of {length} tokens needs about {_gib(need)} of host memory, "
+            f"but only {_gib(free)} is free; use a smaller length, or --force to run anyway"
         )
 
 

@@ -16,9 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ..tokenizer import Tokenizer
+from ..validation import check_int
 from .inference import DEFAULT_PIECE, Evaluator
+from .memory import check_prompt_memory
 
 SCORING_MODES = ("likelihood", "greedy")
+# The longest context an evaluation builds (16M tokens, above BABILong's 10M); a prompt is
+# built in host memory before the model reads it (memory.PROMPT_BYTES_PER_TOKEN a token).
+MAX_EVAL_LENGTH = 1 << 24
+MAX_SAMPLES = 100_000  # per cell: some tasks build a cell's samples at once
 
 
 @dataclass
@@ -47,14 +53,23 @@ class EvalSettings:
     def __post_init__(self) -> None:
         if self.scoring not in SCORING_MODES:
             raise ValueError(f"scoring must be one of {SCORING_MODES}, got {self.scoring!r}")
-        if not isinstance(self.samples, int) or self.samples < 1:
-            raise ValueError(f"samples must be an int >= 1, got {self.samples!r}")
-        if any(not isinstance(n, int) or n < 0 for n in self.lengths):
-            raise ValueError(f"lengths must be ints >= 0, got {self.lengths!r}")
-        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+        check_int("samples", self.samples, 1, MAX_SAMPLES)
+        check_int("seed", self.seed, 0)
+        check_int("bin_size", self.bin_size, 1)
+        check_int("piece_size", self.piece_size, 1, MAX_EVAL_LENGTH)
+        for name in ("max_new_tokens", "kv_pairs"):  # None: the task's default
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
+        # checked before any sample is built: a prompt of 10^8 tokens took minutes to build
+        for name, low in (("lengths", 0), ("distances", 1)):
+            for n in getattr(self, name):
+                check_int(f"each of {name} (tokens)", n, low, MAX_EVAL_LENGTH)
+        if any(not isinstance(d, int | float) or not 0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must lie in [0, 1], got {self.depths!r}")
-        if any(not isinstance(n, int) or n < 1 for n in self.distances):
-            raise ValueError(f"distances must be ints >= 1, got {self.distances!r}")
+
+    def longest(self) -> int:
+        """The longest context the settings ask for (0: only the tasks' own defaults)."""
+        return max((*self.lengths, *self.distances), default=0)
 
 
 SampleFn = Callable[[EvalSettings, Tokenizer], Iterable[dict]]
@@ -108,6 +123,9 @@ def run_task(
     settings = settings or EvalSettings()
     if evaluator is None:
         evaluator = Evaluator(model, piece_size=settings.piece_size, force=settings.force)
+    if settings.longest():  # the longest prompt, checked before the first one is built
+        check_prompt_memory(settings.longest() + 64, settings.force)
+        evaluator.ensure_memory(settings.longest() + 64)
     start = time.perf_counter()
     outcomes = []
     for index, sample in enumerate(task.samples(settings, tokenizer)):
