@@ -1,6 +1,7 @@
 """Run settings: preset -> file -> overrides, each checked against the dataclass fields."""
 
 import json
+import re
 
 import pytest
 
@@ -99,3 +100,65 @@ def test_resume_needs_the_same_global_batch_even_with_the_same_rows(
             f"{saved_world} when saved, {rows} x {world} now)"
         ]
     )
+
+
+@pytest.mark.parametrize(
+    "toml, named",
+    [
+        ("[train]\nsteps = 3.5", "train.steps takes a int"),  # used to train 4 steps
+        ("[train]\nsteps = 3.0", "train.steps takes a int"),
+        ("[train]\nsteps = true", "train.steps takes a int"),
+        ("[train]\ncompile = 1", "train.compile takes true or false"),
+        ("[train]\nout_dir = 5", "train.out_dir takes a str"),
+        ("[train]\ncontrol = 7", "train.control takes a str or null"),
+        ("[data]\nsource = [1]", "data.source takes a str"),
+        ("[data]\ntask_args = 5", "data.task_args takes a table"),
+        ("[optim]\nlr = nan", "optim.lr must be a finite number"),
+        ("[optim]\nlr = inf", "optim.lr must be a finite number"),
+        ("[optim]\nbeta2 = 1.5", "optim.beta2"),
+        ("[optim]\nwarmup_steps = -1", "optim.warmup_steps"),
+        ("[train]\ngrad_clip = -inf", "train.grad_clip"),
+        ("[train]\ndist_timeout = nan", "train.dist_timeout"),
+        ("[train]\nthreads = -2", "train.threads"),
+        ("[train]\nkeep_last = 0", "train.keep_last"),
+        ("[train]\nseed = -1", "train.seed"),
+        ("[data]\nval_fraction = nan", "data.val_fraction"),
+        ("[data]\nstream_tokens = -8", "data.stream_tokens"),
+        ("[model]\ndim = 3.5", "dim"),
+        ("[model]\nlr_max = nan", "lr_max"),
+    ],
+)
+def test_config_file_values_are_checked_like_set_overrides(tmp_path, toml, named):
+    path = tmp_path / "run.toml"
+    path.write_text(toml + "\n")
+    with pytest.raises(ValueError, match=re.escape(named)):
+        build_config("debug", path)
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("train.steps=3.5", "train.steps takes a int"),
+        ("optim.lr=NaN", "optim.lr must be a finite number"),
+        ("optim.lr=Infinity", "optim.lr must be a finite number"),
+        ("train.grad_clip=-1", "train.grad_clip"),
+        ("data.val_fraction=NaN", "data.val_fraction"),
+    ],
+)
+def test_set_refuses_non_finite_and_fractional_values(override, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        build_config("debug", overrides=[override])
+
+
+def test_json_config_with_nan_is_refused(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"optim": {"lr": NaN}}')
+    with pytest.raises(ValueError, match=r"optim\.lr"):
+        build_config("debug", path)
+
+
+def test_a_config_file_that_is_not_text_is_named(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_bytes(b"\xff\xfe[train]\n")
+    with pytest.raises(ValueError, match="cannot read config file"):
+        build_config("debug", path)

@@ -15,10 +15,18 @@ from typing import Any
 
 from ..models.backbone import MODELS, model_config
 from ..models.config import ModelConfig
+from ..validation import check_bool, check_number
 from .config_overrides import apply_nested, read_config_file, set_value, suggest
 from .presets import RUN_PRESETS
 
 STRATEGIES = ("auto", "none", "ddp", "fsdp")
+
+
+def _at_least(name: str, value: Any, minimum: int) -> None:
+    """``check_int``'s test in the words run settings have always used ("train.steps must be
+    >= 1"), which scripts match."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be >= {minimum} (an integer), got {value!r}")
 
 
 @dataclass
@@ -60,8 +68,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("packed", "stream"):
             raise ValueError(f"data.mode must be 'packed' or 'stream', got {self.mode!r}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction must lie in [0, 1), got {self.val_fraction}")
+        check_number("data.val_fraction", self.val_fraction, 0.0, 1.0, open_low=False)
+        _at_least("data.stream_tokens", self.stream_tokens, 0)
+        check_bool("data.hf_streaming", self.hf_streaming)
 
 
 @dataclass
@@ -82,8 +91,13 @@ class OptimConfig:
             raise ValueError(
                 f"optim.schedule must be 'cosine' or 'constant', got {self.schedule!r}"
             )
-        if self.lr <= 0 or self.warmup_steps < 0:
-            raise ValueError("optim.lr must be > 0 and optim.warmup_steps >= 0")
+        check_number("optim.lr", self.lr, 0.0)
+        check_number("optim.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, False, False)
+        _at_least("optim.warmup_steps", self.warmup_steps, 0)
+        check_number("optim.weight_decay", self.weight_decay, 0.0, open_low=False)
+        for name in ("beta1", "beta2"):
+            check_number(f"optim.{name}", getattr(self, name), 0.0, 1.0, open_low=False)
+        check_number("optim.eps", self.eps, 0.0)
 
 
 @dataclass
@@ -124,12 +138,15 @@ class TrainConfig:
     init_from: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("steps", "batch_size", "seq_len", "grad_accum", "log_every", "keep_last"):
+            _at_least(f"train.{name}", getattr(self, name), 1)
+        for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens", "seed"):
+            _at_least(f"train.{name}", getattr(self, name), 0)
+        _at_least("train.threads", self.threads, 0)  # 0: torch's default
+        check_number("train.grad_clip", self.grad_clip, 0.0, open_low=False)  # 0: no clipping
+        for name in ("compile", "memory_checkpoint", "activation_checkpoint", "export_model",
+                     "tensorboard", "progress"):  # fmt: skip
+            check_bool(f"train.{name}", getattr(self, name))
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"train.precision must be auto/fp32/bf16, got {self.precision!r}")
         if self.strategy not in STRATEGIES:
@@ -140,8 +157,7 @@ class TrainConfig:
             raise ValueError(
                 f"train.control must name a model of {sorted(MODELS)}, got {self.control!r}"
             )
-        if not self.dist_timeout > 0:
-            raise ValueError(f"train.dist_timeout must be > 0 seconds, got {self.dist_timeout}")
+        check_number("train.dist_timeout (seconds)", self.dist_timeout, 0.0)
 
 
 @dataclass

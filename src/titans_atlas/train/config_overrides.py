@@ -50,10 +50,8 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
         valid = [f.name for f in fields(part)]
         if name not in valid:
             raise ValueError(f"unknown setting {key!r}{suggest(name, valid)}")
-        optional = "None" in str(next(f.type for f in fields(part) if f.name == name))
-        if optional and value == "null":  # an optional text field set back to None
-            value = None
-        part = replace(part, **{name: _coerce(getattr(part, name), value, key)})
+        kind = str(next(f.type for f in fields(part) if f.name == name))
+        part = replace(part, **{name: _coerce(kind, value, key)})
     return replace(config, **{section: part})
 
 
@@ -65,18 +63,31 @@ def _parse(value: str) -> Any:
         return value
 
 
-def _coerce(current: Any, value: Any, key: str) -> Any:
-    """Strings from the command line -> the type of the field's current value."""
-    if not isinstance(value, str) or isinstance(current, str):
-        return value
-    parsed = _parse(value)
-    if isinstance(current, bool) and not isinstance(parsed, bool):
-        raise ValueError(f"{key} takes true or false, got {value!r}")
-    if isinstance(current, float) and isinstance(parsed, int) and not isinstance(parsed, bool):
-        parsed = float(parsed)
-    if current is not None and not isinstance(parsed, type(current)):
-        raise ValueError(f"{key} takes a {type(current).__name__}, got {value!r}")
-    return parsed
+# Field annotation -> (the Python types its values may have, how an error names them).
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool,), "true or false"),
+    "int": ((int,), "a int"),  # "a int": the wording scripts and tests already match
+    "float": ((float, int), "a float"),
+    "str": ((str,), "a str"),
+    "dict[str, Any]": ((dict,), "a table"),
+}
+
+
+def _coerce(kind: str, value: Any, key: str) -> Any:
+    """A setting's value checked against its field's type, the same way whether it comes
+    from ``--set`` (a string, read as JSON unless the field is text) or from a config file
+    or dict (already typed): ``steps = 3.5`` in a TOML file is refused like
+    ``--set train.steps=3.5``. Ranges (NaN included) are the dataclasses' own checks."""
+    base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
+    if optional and value in (None, "null"):  # an optional field set back to None
+        return None
+    if isinstance(value, str) and base != "str":
+        value = _parse(value)
+    types, expected = _KINDS.get(base, ((object,), base))
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        valid = f"{expected}{' or null' if optional else ''}"
+        raise ValueError(f"{key} takes {valid}, got {value!r} ({type(value).__name__})")
+    return float(value) if base == "float" else value
 
 
 def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
@@ -106,9 +117,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     """A TOML (``.toml``) or JSON file as a nested dict; ValueError naming the file."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ValueError(f"cannot read config file {path}: {err}") from err
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read config file {path} (UTF-8 TOML or JSON): {err}") from err
     try:
         if path.suffix == ".toml":
             try:
