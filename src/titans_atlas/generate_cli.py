@@ -27,6 +27,7 @@ from .generate import Sampler, SamplingConfig, prefill
 from .models.backbone import LanguageModel, ModelState
 from .state_io import load_state, save_state
 from .tokenizer import Tokenizer, load_tokenizer
+from .validation import read_text_file
 
 
 def add_parser(subparsers) -> None:
@@ -184,7 +185,9 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.interactive:
             state = _interactive(model, tokenizer, state, sampling, args)
         else:
-            text = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+            text = args.prompt
+            if args.prompt_file:
+                text = read_text_file(args.prompt_file, "--prompt-file")
             if text is None:
                 raise ValueError("give --prompt, --prompt-file or --interactive")
             state, _ = stream_generate(

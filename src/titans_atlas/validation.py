@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,3 +84,26 @@ def check_token_ids(name: str, ids: Any, vocab_size: int | None) -> None:
         low, high = int(wide.min()), int(wide.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} must lie in [0, {vocab_size}), got ids from {low} to {high}")
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """The text of a UTF-8 file. A file that is not UTF-8, or holds NUL bytes (a binary
+    file), is a ValueError naming ``what`` and the file: read with replacement characters it
+    would be trained or scored as altered data, its byte count (bits per byte) off."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        where = f"byte 0x{data[err.start]:02x} at offset {err.start}"
+        raise not_text_error(path, what, where) from err
+    if "\0" in text:
+        raise not_text_error(path, what, f"a NUL byte at offset {data.index(0)}")
+    return text
+
+
+def not_text_error(path: str | Path, what: str, where: str) -> ValueError:
+    """The error for a file that is not UTF-8 text (see ``read_text_file``)."""
+    return ValueError(
+        f"{what} {str(path)!r} is not UTF-8 text ({where}; a binary file or another "
+        "encoding): convert it to UTF-8 (e.g. iconv -t UTF-8) or leave it out"
+    )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..tokenizer import Tokenizer
+from ..validation import read_text_file
 
 STYLE_LABEL = "BABILong-style (bAbI + Gutenberg noise)"
 PROMPT_RESERVE = 300  # tokens a BABILong length leaves for the prompt around the context
@@ -56,7 +57,7 @@ def parse_babi(path: str | Path) -> list[BabiQuestion]:
     """Every question of a bAbI file as a sample with the statements before it."""
     samples: list[BabiQuestion] = []
     facts: list[tuple[int, str]] = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_text_file(path, "bAbI file").splitlines(), 1):
         if not line.strip():
             continue
         ident, _, text = line.partition(" ")

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ..validation import read_text_file
 from .extras import require
 
 _START = re.compile(r"^\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG.*$", re.M | re.I)
@@ -52,7 +53,7 @@ def load_books(folder: str | Path) -> list[tuple[str, str]]:
         )
     books = []
     for path in files:
-        body = strip_gutenberg(path.read_text(encoding="utf-8", errors="replace"))
+        body = strip_gutenberg(read_text_file(path, "book file"))
         books.append((path.name, re.sub(r"\s+", " ", body).strip()))
     return books
 

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tokenizer import Tokenizer
+from ..validation import not_text_error
 from .inference import DEFAULT_PIECE, Evaluator
 from .plots import curves
 from .registry import EvalSettings, Task, register_task
@@ -34,9 +35,14 @@ def iter_text_blocks(path: str | Path, block_chars: int = BLOCK_CHARS) -> Iterat
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"text file {str(path)!r} does not exist")
-    pending = ""
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        while chunk := handle.read(block_chars):
+    pending, read = "", 0
+    # strict: a replaced byte would make the bytes scored differ from the file's, and bits
+    # per byte would be computed on altered data
+    with open(path, encoding="utf-8", newline="") as handle:
+        while chunk := _read_chunk(handle, block_chars, path, read):
+            if "\0" in chunk:
+                raise not_text_error(path, "text file", "a NUL byte")
+            read += len(chunk)
             pending += chunk
             cut = _last_cut(pending)
             if cut > 0:
@@ -44,6 +50,13 @@ def iter_text_blocks(path: str | Path, block_chars: int = BLOCK_CHARS) -> Iterat
                 pending = pending[cut:]
     if pending:
         yield pending
+
+
+def _read_chunk(handle, size: int, path: Path, read: int) -> str:
+    try:
+        return handle.read(size)
+    except UnicodeDecodeError as err:
+        raise not_text_error(path, "text file", f"an invalid byte after character {read}") from err
 
 
 def _last_cut(text: str) -> int:

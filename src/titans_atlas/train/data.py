@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..tokenizer import Tokenizer, load_tokenizer
+from ..validation import not_text_error, read_text_file
 from .config import DataConfig
 
 TEXTS = Path(__file__).resolve().parent.parent / "texts"  # package data: public-domain plays
@@ -74,15 +75,17 @@ def tokenize_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Corpus:
 
 
 def _read_text(path: Path) -> str:
-    return path.read_bytes().decode("utf-8", errors="replace")
+    return read_text_file(path, "data file")
 
 
 def text_files(source: str) -> list[Path]:
     """The files a text source names: one file, every file under a folder, or a glob."""
     if any(ch in source for ch in "*?["):
         files = [Path(p) for p in sorted(glob.glob(source, recursive=True))]
-    elif Path(source).is_dir():
-        files = sorted(p for p in Path(source).rglob("*") if not p.name.startswith("."))
+    elif Path(source).is_dir():  # hidden files and folders (.git/, .DS_Store) are not data
+        root = Path(source)
+        found = ((p, p.relative_to(root).parts) for p in root.rglob("*"))
+        files = sorted(p for p, parts in found if not any(n.startswith(".") for n in parts))
     else:
         files = [Path(source)]
     files = [p for p in files if p.is_file()]
@@ -104,8 +107,13 @@ def iter_texts(config: DataConfig, source: str | None = None) -> Iterator[str]:
 
 
 def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                where = f"line {number}, byte {err.start}"
+                raise not_text_error(path, "JSONL file", where) from err
             if not line.strip():
                 continue
             try:
