@@ -9,8 +9,9 @@ host synchronisation: they run in eager mode and are skipped while ``torch.compi
 
 from __future__ import annotations
 
+import argparse
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,20 @@ def not_text_error(path: str | Path, what: str, where: str) -> ValueError:
         f"{what} {str(path)!r} is not UTF-8 text ({where}; a binary file or another "
         "encoding): convert it to UTF-8 (e.g. iconv -t UTF-8) or leave it out"
     )
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer flag of at least ``minimum``: argparse then names
+    the flag in its one-line error (``argument --shard-tokens: must be an integer >= 1``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"  # argparse's name for the type in messages
+    return parse

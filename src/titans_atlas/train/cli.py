@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from ..checkpoint import CheckpointError
+from ..validation import int_at_least
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
@@ -33,7 +34,7 @@ def add_parser(subparsers) -> None:
     )  # fmt: skip
     train.add_argument("--model", help="architecture (shortcut for --set model.name=...)")
     train.add_argument("--data", help="data source (shortcut for --set data.source=...)")
-    train.add_argument("--steps", type=int, help="shortcut for --set train.steps=...")
+    train.add_argument("--steps", type=int_at_least(1), help="shortcut for --set train.steps=...")
     train.add_argument("--out", help="run directory (shortcut for --set train.out_dir=...)")
     train.add_argument(
         "--resume", nargs="?", const=True, default=False, metavar="DIR",
@@ -52,7 +53,9 @@ def add_parser(subparsers) -> None:
     prep.add_argument("--tokenizer", default="bytes", help="bytes, gpt2, hf:NAME_OR_PATH")
     prep.add_argument("--text-field", default="text", help="JSONL / dataset text field")
     prep.add_argument("--hf-split", default="train", help="dataset split for hf: sources")
-    prep.add_argument("--shard-tokens", type=int, default=1 << 28, help="tokens per shard")
+    prep.add_argument(
+        "--shard-tokens", type=int_at_least(1), default=1 << 28, help="tokens per shard"
+    )
     prep.set_defaults(func=run_prepare)
 
     merge = subparsers.add_parser(
@@ -206,7 +209,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             args.sources, args.out, tokenizer, text_field=args.text_field,
             shard_tokens=args.shard_tokens, hf_split=args.hf_split,
         )  # fmt: skip
-    except ValueError as err:
+    except (ValueError, OSError) as err:  # OSError: a disk that fills up, a folder gone
         print(f"error: {err}", file=sys.stderr)
         return 2
     docs = sum(s["num_docs"] for s in meta["shards"])

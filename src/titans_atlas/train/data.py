@@ -84,6 +84,12 @@ def text_files(source: str) -> list[Path]:
         files = [Path(p) for p in sorted(glob.glob(source, recursive=True))]
     elif Path(source).is_dir():  # hidden files and folders (.git/, .DS_Store) are not data
         root = Path(source)
+        if shard_files(root):  # not text: the ids of a prepare that did not finish
+            raise ValueError(
+                f"data.source {source!r} holds shard files ({shard_files(root)[0].name}) but "
+                f"no {SHARD_META}: an interrupted titans prepare; prepare it again into an "
+                "empty folder"
+            )
         found = ((p, p.relative_to(root).parts) for p in root.rglob("*"))
         files = sorted(p for p, parts in found if not any(n.startswith(".") for n in parts))
     else:
@@ -129,25 +135,55 @@ def is_shard_dir(source: str) -> bool:
     return (Path(source) / SHARD_META).is_file()
 
 
+def shard_files(directory: Path) -> list[Path]:
+    """The shard files ``titans prepare`` writes, found directly in ``directory``."""
+    if not directory.is_dir():
+        return []
+    return sorted([*directory.glob("shard_*.bin"), *directory.glob("shard_*.bounds.npy")])
+
+
 def read_shards(directory: str | Path) -> tuple[Corpus, Tokenizer]:
-    """Memory-map the shards ``titans prepare`` wrote, with the tokenizer they were made with."""
+    """Memory-map the shards ``titans prepare`` wrote, with the tokenizer they were made with.
+    ``meta.json`` and every bounds file are checked first (ValueError naming the file)."""
     directory = Path(directory)
     try:
         meta = json.loads((directory / SHARD_META).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise ValueError(f"{directory / SHARD_META} is unreadable: {err}") from err
-    if meta.get("format") != SHARD_FORMAT or meta.get("version") != SHARD_VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != SHARD_FORMAT:
         raise ValueError(f"{directory} is not a {SHARD_FORMAT} v{SHARD_VERSION} folder")
-    parts = []
-    for shard in meta["shards"]:
-        path = directory / shard["file"]
-        expected = shard["num_tokens"] * np.dtype(meta["dtype"]).itemsize
-        if not path.is_file() or path.stat().st_size != expected:
-            raise ValueError(f"shard {path} is missing or truncated (want {expected} bytes)")
-        tokens = np.memmap(path, dtype=meta["dtype"], mode="r")
-        bounds = np.load(directory / shard["bounds"], allow_pickle=False)
-        parts.append((tokens, bounds))
+    if meta.get("version") != SHARD_VERSION or meta.get("dtype") not in ("uint16", "uint32"):
+        raise ValueError(f"{directory} is not a {SHARD_FORMAT} v{SHARD_VERSION} folder")
+    if not isinstance(meta.get("shards"), list) or not meta["shards"]:
+        raise ValueError(f"{directory / SHARD_META} lists no shards")
+    parts = [_read_shard(directory, shard, np.dtype(meta["dtype"])) for shard in meta["shards"]]
     return Corpus(parts), load_tokenizer(directory)
+
+
+def _read_shard(directory: Path, shard: object, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    where = directory / SHARD_META
+    names = [shard.get(k) for k in ("file", "bounds")] if isinstance(shard, dict) else [None]
+    count = shard.get("num_tokens") if isinstance(shard, dict) else None
+    if not all(isinstance(n, str) and len(Path(n).parts) == 1 and n != ".." for n in names):
+        raise ValueError(f"{where}: a shard entry must name two files in {directory}: {shard}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"{where}: shard {names[0]} has num_tokens {count!r}; want an int >= 1")
+    path = directory / names[0]
+    if not path.is_file() or path.stat().st_size != count * dtype.itemsize:
+        raise ValueError(
+            f"shard {path} is missing or truncated (want {count * dtype.itemsize} bytes)"
+        )
+    try:
+        bounds = np.load(directory / names[1], allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"shard bounds {directory / names[1]} are unreadable: {err}") from err
+    ok = bounds.ndim == 1 and bounds.dtype == np.int64 and len(bounds) >= 2
+    if not (ok and bounds[0] == 0 and bounds[-1] == count and np.all(np.diff(bounds) > 0)):
+        raise ValueError(
+            f"shard bounds {directory / names[1]} must be int64 document offsets rising "
+            f"strictly from 0 to the shard's {count} tokens"
+        )
+    return np.memmap(path, dtype=dtype, mode="r"), bounds
 
 
 def hf_documents(config: DataConfig, source: str | None = None) -> Iterator[str]:

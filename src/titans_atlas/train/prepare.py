@@ -8,6 +8,8 @@ Layout of a shard folder::
     OUT/shard_00000.bounds.npy  int64 [D + 1]: document d is tokens[bounds[d]:bounds[d+1]]
 
 A document never straddles two shards; a shard closes once it holds ``shard_tokens``.
+``meta.json`` is written last (atomically), and a prepare that fails removes what it wrote,
+so a folder without ``meta.json`` is never a set of shards (training refuses one).
 """
 
 from __future__ import annotations
@@ -19,9 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizer import Tokenizer
+from ..tokenizer import HF_FILE, SPEC_FILE, Tokenizer
+from ..validation import check_int
 from .config import DataConfig
-from .data import SHARD_FORMAT, SHARD_META, SHARD_VERSION, hf_documents, iter_texts, token_dtype
+from .data import (
+    SHARD_FORMAT,
+    SHARD_META,
+    SHARD_VERSION,
+    hf_documents,
+    iter_texts,
+    shard_files,
+    token_dtype,
+)
+from .run_dir import check_writable_dir
+
+TOKENIZER_FILES = (SPEC_FILE, HF_FILE)  # what Tokenizer.save may write (gpt2: the spec only)
 
 
 def prepare(
@@ -35,10 +49,31 @@ def prepare(
 ) -> dict:
     """Tokenise every document of ``sources`` (text files, folders, globs, JSONL, ``hf:NAME``)
     into shards under ``out_dir``; returns the metadata written to ``meta.json``."""
+    check_int("shard_tokens", shard_tokens, 1)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable_dir("--out", out)
     if (out / SHARD_META).exists():
         raise ValueError(f"{out} already holds shards; choose an empty folder")
+    if shard_files(out):
+        raise ValueError(
+            f"{out} holds shard files without {SHARD_META} (an interrupted titans prepare): "
+            "delete them or choose an empty folder"
+        )
+    created, written = not out.exists(), []
+    try:
+        return _prepare(sources, out, tokenizer, text_field, shard_tokens, hf_split, written)
+    except BaseException:  # a failed prepare leaves nothing a training could read
+        for path in written:
+            path.unlink(missing_ok=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _prepare(
+    sources: Iterable[str], out: Path, tokenizer: Tokenizer, text_field: str,
+    shard_tokens: int, hf_split: str, written: list[Path],
+) -> dict:  # fmt: skip
     dtype = token_dtype(tokenizer.vocab_size)
     eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
     shards, buffer, bounds = [], [], [0]
@@ -52,12 +87,13 @@ def prepare(
             buffer.append(np.asarray(ids, dtype=dtype))
             bounds.append(bounds[-1] + len(ids))
             if bounds[-1] >= shard_tokens:
-                shards.append(_write_shard(out, len(shards), buffer, bounds))
+                shards.append(_write_shard(out, len(shards), buffer, bounds, written))
                 buffer, bounds = [], [0]
     if len(bounds) > 1:
-        shards.append(_write_shard(out, len(shards), buffer, bounds))
+        shards.append(_write_shard(out, len(shards), buffer, bounds, written))
     if not shards:
         raise ValueError("the sources hold no text")
+    written += [out / name for name in TOKENIZER_FILES]
     tokenizer.save(out)
     meta = {
         "format": SHARD_FORMAT,
@@ -68,13 +104,18 @@ def prepare(
         "shards": shards,
     }
     tmp = out / f".{SHARD_META}.tmp"
+    written.append(tmp)
     tmp.write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(tmp, out / SHARD_META)  # the folder counts as shards only once complete
     return meta
 
 
-def _write_shard(out: Path, index: int, arrays: list[np.ndarray], bounds: list[int]) -> dict:
+def _write_shard(
+    out: Path, index: int, arrays: list[np.ndarray], bounds: list[int], written: list[Path]
+) -> dict:
     name = f"shard_{index:05d}"
+    out.mkdir(parents=True, exist_ok=True)
+    written += [out / f"{name}.bin", out / f"{name}.bounds.npy"]
     np.concatenate(arrays).tofile(out / f"{name}.bin")
     np.save(out / f"{name}.bounds.npy", np.asarray(bounds, dtype=np.int64), allow_pickle=False)
     return {
