@@ -27,7 +27,7 @@ from .generate import Sampler, SamplingConfig, prefill
 from .models.backbone import LanguageModel, ModelState
 from .state_io import load_state, save_state
 from .tokenizer import Tokenizer, load_tokenizer
-from .validation import read_text_file
+from .validation import check_int, int_at_least, read_text_file
 
 
 def add_parser(subparsers) -> None:
@@ -38,14 +38,17 @@ def add_parser(subparsers) -> None:
     source.add_argument("--prompt", help="text to continue")
     source.add_argument("--prompt-file", help="file whose text to continue")
     parser.add_argument("--interactive", action="store_true", help="read prompts from stdin")
-    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument(
+        "--max-new-tokens", type=int_at_least(0), default=200,
+        help="tokens to sample after each prompt (0: only read the prompt into the state)",
+    )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--top-k", type=int_at_least(1))
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--min-p", type=float)
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--greedy", action="store_true")
-    parser.add_argument("--seed", type=int, help="sampling seed (default: random)")
+    parser.add_argument("--seed", type=int_at_least(0), help="sampling seed (default: random)")
     parser.add_argument("--load-state", help="continue the stream saved in this file")
     parser.add_argument("--save-state", help="save the stream state here at the end")
     parser.add_argument("--quantize", choices=["none", "int8"], default="none")
@@ -109,6 +112,7 @@ def stream_generate(
     tokens; every sampled token is read back, so the returned state holds the whole turn."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
+    check_int("max_new_tokens", max_new_tokens, 0)
     prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     if isinstance(model, LanguageModel):
         logits, state = prefill(model, prompt, state)

@@ -3,6 +3,7 @@ trainings never share one, and checkpoint pointers stay inside their run."""
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,46 @@ def test_a_manifest_naming_files_outside_its_checkpoint_is_refused(earlier, tmp_
     (step / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="outside the checkpoint"):
         verify_checkpoint(step)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"step": -3}, "step must be an integer >= 0"),
+        ({"step": 2}, "not the step of its folder"),
+        ({"step": 1.5}, "step must be an integer"),
+        ({"data": [1]}, "'data' must be a JSON object"),
+        ({"best_val_loss": "low"}, "best_val_loss"),
+    ],
+)
+def test_a_trainer_state_with_nonsense_numbers_is_refused(earlier, tmp_path, change, named):
+    import json
+    import shutil
+
+    from titans_atlas.checkpoint import CheckpointError
+    from titans_atlas.train.checkpoint import verify_checkpoint
+
+    step = tmp_path / "step_00000001"
+    shutil.copytree(earlier / "checkpoints" / "step_00000001", step)
+    state = json.loads((step / "trainer_state.json").read_text())
+    (step / "trainer_state.json").write_text(json.dumps({**state, **change}))
+    manifest = json.loads((step / "manifest.json").read_text())
+    manifest["trainer_state.json"] = {  # a consistent manifest: only the values are wrong
+        "bytes": (step / "trainer_state.json").stat().st_size,
+        "sha256": hashlib.sha256((step / "trainer_state.json").read_bytes()).hexdigest(),
+    }
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=re.escape(named)):
+        verify_checkpoint(step)
+
+
+def test_resuming_with_fewer_steps_than_done_is_refused(earlier, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    assert titans_train(run, "--resume", "--steps", "2") == 0
+    before = tree(run)
+    assert titans_train(run, "--resume", "--steps", "1") == 2  # used to do nothing, silently
+    assert "train.steps (1 is below the saved step 2)" in capsys.readouterr().err
+    assert tree(run) == before

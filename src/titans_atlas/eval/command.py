@@ -12,6 +12,7 @@ import sys
 import time
 
 from ..checkpoint import CheckpointError
+from ..validation import int_at_least
 from .extras import MissingDependencyError
 from .inference import Evaluator
 from .memory import MemoryBudgetError
@@ -54,8 +55,8 @@ def add_parser(subparsers) -> None:
         default=(),
         help="kv-recall distances in tokens",
     )
-    parser.add_argument("--samples", type=int, default=4, help="samples per cell")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--samples", type=int_at_least(1), default=4, help="samples per cell")
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--out", default="eval_results", help="folder for the JSON and PNG")
     parser.add_argument("--text", help="perplexity: a UTF-8 text file")
     parser.add_argument(
@@ -71,9 +72,11 @@ def add_parser(subparsers) -> None:
         "--dataset", default="RMT-team/babilong", help="BABILong: hub name or local copy"
     )
     parser.add_argument("--scoring", default="likelihood", choices=("likelihood", "greedy"))
-    parser.add_argument("--max-new-tokens", type=int, help="greedy answers: tokens to generate")
     parser.add_argument(
-        "--kv-pairs", type=int, help="MQAR / kv-recall: key-value pairs per sequence"
+        "--max-new-tokens", type=int_at_least(1), help="greedy answers: tokens to generate"
+    )
+    parser.add_argument(
+        "--kv-pairs", type=int_at_least(1), help="MQAR / kv-recall: key-value pairs per sequence"
     )
     parser.add_argument(
         "--piece-size", type=parse_length, default=2048, help="tokens per model call"
@@ -83,7 +86,9 @@ def add_parser(subparsers) -> None:
         "--backend", choices=["torch", "mlx"], default="torch",
         help="mlx: run the model with MLX (extra [mlx]), scored by the same code",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int_at_least(1), help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument(
         "--force", action="store_true", help="run even if the memory estimate exceeds what is free"
     )

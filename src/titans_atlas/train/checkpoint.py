@@ -204,7 +204,25 @@ def verify_checkpoint(directory: str | Path, part: tuple[int, int] = (0, 1)) -> 
     state = read_json_object(directory / STATE_FILE)
     if not state or state.get("format") != FORMAT or state.get("version") != VERSION:
         raise CheckpointError(f"{directory / STATE_FILE} is not a {FORMAT} v{VERSION} state")
+    _check_trainer_state(state, directory)
     return state
+
+
+def _check_trainer_state(state: dict, directory: Path) -> None:
+    """The values a resume trusts: a step >= 0 (the one its folder is named for), a config
+    and data cursor, and a finite best loss or none."""
+    where, step = directory / STATE_FILE, state.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{where}: step must be an integer >= 0, got {step!r}")
+    named = directory.name.removeprefix("step_")
+    if directory.name.startswith("step_") and named.isdigit() and int(named) != step:
+        raise CheckpointError(f"{where}: step {step} is not the step of its folder {named}")
+    for key in ("config", "data", "optimizer"):
+        if not isinstance(state.get(key), dict):
+            raise CheckpointError(f"{where}: {key!r} must be a JSON object")
+    best = state.get("best_val_loss")
+    if best is not None and not (isinstance(best, int | float) and math.isfinite(best)):
+        raise CheckpointError(f"{where}: best_val_loss must be a finite number or null")
 
 
 def load_checkpoint(

@@ -242,6 +242,9 @@ def resume_differences(saved: dict[str, Any], config: RunConfig, world_size: int
         differ.remove("train.batch_size")
     # also with batch_size unchanged: another world size is another global batch (data order,
     # and a task's stream ages and seeds, follow the global row)
+    step = saved.get("step", 0)
+    if config.train.steps < step:  # nothing would run, and nothing would say so
+        differ.append(f"train.steps ({config.train.steps} is below the saved step {step})")
     if saved_rows * saved_world != rows * world_size:
         differ.append(
             f"train.batch_size (the global batch is rows x processes: {saved_rows} x "

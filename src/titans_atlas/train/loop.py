@@ -133,8 +133,11 @@ class Trainer:
         )
         if self.carried is not None:
             self.carried = self.carried.to(self.device)
-        self.step, self.best_val = int(saved["step"]), saved.get("best_val_loss")
-        self.pipeline.train.load_state_dict(saved["data"])
+        self.step, self.best_val = saved["step"], saved.get("best_val_loss")
+        try:
+            self.pipeline.train.load_state_dict(saved["data"])
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise CheckpointError(f"{directory}: its data cursor does not fit: {err}") from err
 
     # -- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
