@@ -112,3 +112,17 @@ def test_hugging_face_tokenizer_by_path_saved_beside_a_checkpoint(tmp_path):
     assert again.encode("to be or not") == ids
     with pytest.raises(ValueError, match="cannot load Hugging Face tokenizer"):
         load_tokenizer(f"hf:{tmp_path / 'missing'}")
+
+
+def test_a_model_directory_without_a_spec_is_bytes_only_at_256_ids(tmp_path):
+    from titans_atlas import create_model
+    from titans_atlas.eval.loading import load_checkpoint
+    from titans_atlas.tokenizer import load_model_tokenizer
+
+    create_model("lmm", preset="debug").save_pretrained(str(tmp_path / "bytes"))
+    assert load_model_tokenizer(tmp_path / "bytes", 256).name == "bytes"
+    create_model("lmm", preset="debug", vocab_size=64).save_pretrained(str(tmp_path / "ids"))
+    with pytest.raises(ValueError, match="64 ids are not the bytes tokenizer's 256"):
+        load_model_tokenizer(tmp_path / "ids", 64)
+    with pytest.raises(ValueError, match="tokenizer_spec"):
+        load_checkpoint(tmp_path / "ids")

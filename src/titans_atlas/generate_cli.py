@@ -26,7 +26,7 @@ from .checkpoint import CheckpointError, load_model
 from .generate import Sampler, SamplingConfig, prefill
 from .models.backbone import LanguageModel, ModelState
 from .state_io import load_state, save_state
-from .tokenizer import Tokenizer, load_tokenizer
+from .tokenizer import Tokenizer, load_model_tokenizer
 from .validation import check_int, int_at_least, read_text_file
 
 
@@ -141,11 +141,7 @@ def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelStat
         model = _load_mlx(directory, args)
     else:
         model = load_model(directory, device=args.device).eval()
-    tokenizer = (
-        load_tokenizer(directory)
-        if (directory / "tokenizer_spec.json").is_file()
-        else load_tokenizer()
-    )
+    tokenizer = load_model_tokenizer(directory, model.config.vocab_size)
     state = None
     if args.load_state:
         state, meta = load_state(args.load_state, device=args.device)

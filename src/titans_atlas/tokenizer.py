@@ -195,3 +195,35 @@ def load_tokenizer(spec: str | Path = "bytes") -> Tokenizer:
         f"tokenizer {str(spec)!r} is neither a known kind {sorted(TOKENIZERS)}, 'hf:NAME_OR_PATH', "
         f"nor a directory holding {SPEC_FILE}"
     )
+
+
+def model_tokenizer_spec(directory: str | Path, vocab_size: int) -> dict:
+    """The tokenizer spec saved beside a model in ``directory``. Without one the model is
+    taken to be byte-level only when it has the bytes tokenizer's 256 ids; for any other
+    vocabulary the tokenizer is unknown (a 64-id task model read as bytes would emit ids it
+    was never trained on), a ValueError naming the file."""
+    path = Path(directory) / SPEC_FILE
+    if path.is_file():
+        try:
+            spec = json.loads(path.read_text())
+        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+            raise ValueError(f"{path} is not valid JSON: {err}") from err
+        if not isinstance(spec, dict) or "kind" not in spec:
+            raise ValueError(f"{path} does not name a tokenizer kind")
+        return spec
+    if vocab_size != ByteTokenizer.vocab_size:
+        raise ValueError(
+            f"{directory} has no {SPEC_FILE}, and its model's {vocab_size} ids are not the bytes "
+            f"tokenizer's {ByteTokenizer.vocab_size}: the tokenizer it was trained with is "
+            f'unknown; copy {SPEC_FILE} from its training run or write one (e.g. {{"kind": '
+            f'"ids", "vocab_size": {vocab_size}}} for a synthetic task)'
+        )
+    return {"kind": "bytes"}
+
+
+def load_model_tokenizer(directory: str | Path, vocab_size: int) -> Tokenizer:
+    """The tokenizer of the model saved in ``directory`` (see ``model_tokenizer_spec``)."""
+    spec = model_tokenizer_spec(directory, vocab_size)
+    if (Path(directory) / SPEC_FILE).is_file():
+        return load_tokenizer(directory)
+    return TOKENIZERS[spec["kind"]](spec, None)

@@ -62,3 +62,14 @@ def test_cli_converts_the_folder_back(trained_dir, hf_dir, tmp_path):
 def test_cli_reports_a_bad_source(tmp_path, capsys):
     assert main(["export", "--format", "hf", str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
     assert "checkpoint is missing" in capsys.readouterr().err
+
+
+def test_a_model_without_its_tokenizer_spec_is_not_exported_as_bytes(tmp_path, capsys):
+    """A 64-id model with no tokenizer_spec.json used to be exported with a made-up bytes
+    tokenizer (issue 37); only a 256-id model is taken to be byte-level."""
+    ta.create_model("lmm", preset="debug", vocab_size=64).save_pretrained(str(tmp_path / "m"))
+    argv = ["export", "--format", "hf", str(tmp_path / "m"), str(tmp_path / "hf")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "tokenizer_spec.json" in err and "64 ids" in err
+    assert not (tmp_path / "hf").exists()

@@ -11,7 +11,7 @@ import torch
 
 from ..checkpoint import WEIGHTS_FILE, load_model
 from ..models.backbone import LanguageModel
-from ..tokenizer import SPEC_FILE, Tokenizer, load_tokenizer
+from ..tokenizer import Tokenizer, load_model_tokenizer
 
 
 @dataclass
@@ -44,7 +44,8 @@ def file_sha256(path: str | Path) -> str:
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", backend: str = "torch"
 ) -> LoadedCheckpoint:
-    """Model, tokenizer (``tokenizer_spec.json`` beside the weights; absent means bytes) and
+    """Model, tokenizer (``tokenizer_spec.json`` beside the weights; absent means bytes for a
+    256-id model, an error otherwise) and
     the sha256 of the weights. The tokenizer's ids must fit the model's vocabulary.
     ``backend="mlx"``: the model runs in MLX behind the torch API (``mlx/torch_bridge.py``)."""
     model_dir = resolve_model_dir(path)
@@ -61,8 +62,7 @@ def load_checkpoint(
         model = load_model(model_dir, device=device).eval()
     else:
         raise ValueError(f"backend must be 'torch' or 'mlx', got {backend!r}")
-    has_spec = (model_dir / SPEC_FILE).is_file()
-    tokenizer = load_tokenizer(model_dir if has_spec else "bytes")
+    tokenizer = load_model_tokenizer(model_dir, model.config.vocab_size)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(
             f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids but the model in "

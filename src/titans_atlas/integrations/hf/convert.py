@@ -34,9 +34,10 @@ def export_hf(model_dir: str | Path, hf_dir: str | Path) -> Path:
     model_dir, hf_dir = Path(model_dir), Path(hf_dir)
     if hf_dir.resolve() == model_dir.resolve():
         raise ValueError("hf_dir must differ from model_dir (both have a config.json)")
-    spec = read_spec(model_dir)
+    model = load_model(model_dir)
+    spec = read_spec(model_dir, model.config.vocab_size)
     tokenizer = to_hf_tokenizer(spec, model_dir)  # first: an unbridged kind fails before work
-    to_hf_model(load_model(model_dir), spec, model_dir).save_pretrained(str(hf_dir))
+    to_hf_model(model, spec, model_dir).save_pretrained(str(hf_dir))
     tokenizer.save_pretrained(str(hf_dir))
     return hf_dir
 

@@ -16,7 +16,6 @@ ordinary byte, and ``skip_special_tokens=True`` drops NUL bytes when decoding.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from tokenizers import Tokenizer as TokenizersModel
 from tokenizers import decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from ...tokenizer import SPEC_FILE, ByteTokenizer
+from ...tokenizer import ByteTokenizer, model_tokenizer_spec
 
 BYTE_PAD_ID = 0
 _PROBE = "Titans \x00 Ā é 世界 🎉\n\t<pad>"  # ASCII, NUL, U+0100 (the pad's character), multibyte
@@ -87,15 +86,10 @@ BRIDGES: dict[str, TokenizerBridge] = {
 }
 
 
-def read_spec(model_dir: str | Path) -> dict:
-    """A model directory's tokenizer spec (``{"kind": "bytes"}`` when it has none)."""
-    path = Path(model_dir) / SPEC_FILE
-    if not path.is_file():
-        return {"kind": "bytes"}
-    spec = json.loads(path.read_text())
-    if not isinstance(spec, dict) or "kind" not in spec:
-        raise ValueError(f"{path} does not name a tokenizer kind")
-    return spec
+def read_spec(model_dir: str | Path, vocab_size: int) -> dict:
+    """A model directory's tokenizer spec; without one, bytes only for a 256-id model
+    (``tokenizer.model_tokenizer_spec``)."""
+    return model_tokenizer_spec(model_dir, vocab_size)
 
 
 def _bridge(spec: dict) -> TokenizerBridge:
