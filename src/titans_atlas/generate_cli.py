@@ -27,7 +27,13 @@ from .generate import Sampler, SamplingConfig, prefill
 from .models.backbone import LanguageModel, ModelState
 from .state_io import load_state, save_state
 from .tokenizer import Tokenizer, load_model_tokenizer
-from .validation import check_int, int_at_least, read_text_file
+from .validation import (
+    check_device,
+    check_int,
+    check_writable_file,
+    int_at_least,
+    read_text_file,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -177,33 +183,49 @@ def _load_mlx(directory: Path, args: argparse.Namespace):
 
 def run_generate(args: argparse.Namespace) -> int:
     try:
-        model, tokenizer, state = _load(args)
+        # the arguments first: a refused command loads nothing and writes nothing
+        if args.backend == "torch":
+            check_device("--device", args.device)
+        if args.save_state:
+            check_writable_file("--save-state", args.save_state)
         sampling = SamplingConfig(
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
             repetition_penalty=args.repetition_penalty, greedy=args.greedy,
         )  # fmt: skip
+        text = _prompt(args)
+        model, tokenizer, state = _load(args)
         if args.interactive:
             state = _interactive(model, tokenizer, state, sampling, args)
         else:
-            text = args.prompt
-            if args.prompt_file:
-                text = read_text_file(args.prompt_file, "--prompt-file")
-            if text is None:
-                raise ValueError("give --prompt, --prompt-file or --interactive")
             state, _ = stream_generate(
                 model, tokenizer, tokenizer.encode(text), state, args.max_new_tokens, sampling,
                 args.seed, sys.stdout, args.device,
             )  # fmt: skip
             print()
+        if args.save_state and state is not None:
+            meta = {"model": model.config.name, "position": str(state.position)}
+            save_state(state, args.save_state, meta)
+            print(
+                f"stream state ({state.position} tokens) saved to {args.save_state}",
+                file=sys.stderr,
+            )
     except (ValueError, CheckpointError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.save_state and state is not None:
-        save_state(
-            state, args.save_state, {"model": model.config.name, "position": str(state.position)}
-        )
-        print(f"stream state ({state.position} tokens) saved to {args.save_state}", file=sys.stderr)
     return 0
+
+
+def _prompt(args: argparse.Namespace) -> str | None:
+    """The prompt's text (None in interactive mode, which reads prompts from stdin)."""
+    if args.interactive:
+        if args.prompt is not None or args.prompt_file:
+            raise ValueError("--interactive reads its prompts from stdin: leave out --prompt")
+        return None
+    if args.prompt_file:
+        return read_text_file(args.prompt_file, "--prompt-file")
+    if args.prompt is None:
+        raise ValueError("give --prompt, --prompt-file or --interactive")
+    return args.prompt
 
 
 def _interactive(model, tokenizer, state, sampling, args) -> ModelState | None:

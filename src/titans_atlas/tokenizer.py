@@ -146,10 +146,26 @@ class HFTokenizer:
         try:  # a hub name: transformers knows the local cache
             from transformers import AutoTokenizer
 
+            say_network(f"tokenizer {source!r}")
             fast = AutoTokenizer.from_pretrained(source)
         except Exception as err:  # any failure means "cannot load this name"
             raise ValueError(f"cannot load Hugging Face tokenizer {source!r}: {err}") from err
         return cls(fast.backend_tokenizer, source)
+
+
+def say_network(what: str) -> None:
+    """One stderr line before a Hugging Face hub lookup, which can retry for a minute when
+    the network is unreachable: the user knows what the wait is."""
+    import os
+    import sys
+
+    if os.environ.get("HF_HUB_OFFLINE") not in ("1", "true", "True"):
+        print(
+            f"{what} is not a local file or folder: asking the Hugging Face hub (network; "
+            "HF_HUB_OFFLINE=1 makes it fail at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _gpt2(spec: dict, directory: Path | None) -> Tokenizer:

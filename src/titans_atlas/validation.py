@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,51 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {minimum}"  # argparse's name for the type in messages
     return parse
+
+
+def check_device(name: str, value: Any) -> torch.device:
+    """``value`` as a torch device this machine has; ValueError naming ``name`` for a name
+    torch does not know or a GPU that is not there (CUDA used to fail deep in the model
+    with a raw assertion)."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{name} must name a torch device (cpu, cuda, cuda:N), got {value!r}"
+        ) from err
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index or 0) >= count:
+            raise ValueError(
+                f"{name}={value!r} but this machine has {count} CUDA device(s); use cpu"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={value!r} but MPS is not available here; use cpu")
+    return device
+
+
+def check_writable_dir(name: str, path: str | Path) -> None:
+    """``path`` is a directory, or can be created as one, and is writable; ValueError naming
+    ``name`` otherwise. Creates nothing (a refused command leaves no empty folder behind)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name}={str(path)!r} is a file, not a directory")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{name}={str(path)!r} cannot be created: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}={str(path)!r} is not writable ({existing} denies writing)")
+
+
+def check_writable_file(name: str, path: str | Path) -> None:
+    """``path`` can be written as a file: not a directory, in a directory that exists or can
+    be created and is writable; ValueError naming ``name``. Checked before the work whose
+    result it will hold."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name}={str(path)!r} is a directory, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{name}={str(path)!r} is not writable")
+    check_writable_dir(f"the folder of {name}", path.parent)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..tokenizer import Tokenizer
+from ..tokenizer import Tokenizer, say_network
 from .babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
 from .extras import require
 from .haystack import book_sentences
@@ -53,6 +53,8 @@ def load_babilong(
     the hub name or a local copy in the same layout. Errors name what to get and where."""
     datasets = require("datasets", "loading BABILong (Hugging Face datasets)")
     config = config_name(length)
+    if not Path(dataset).exists():
+        say_network(f"BABILong {dataset!r}")
     try:
         data = datasets.load_dataset(dataset, name=config, split=task)
     except Exception as err:  # datasets raises many types (network, missing config / split)

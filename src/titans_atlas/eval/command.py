@@ -12,7 +12,7 @@ import sys
 import time
 
 from ..checkpoint import CheckpointError
-from ..validation import int_at_least
+from ..validation import check_device, check_writable_dir, int_at_least
 from .extras import MissingDependencyError
 from .inference import Evaluator
 from .memory import MemoryBudgetError
@@ -148,12 +148,17 @@ def run(args: argparse.Namespace) -> int:
     from .loading import load_checkpoint
     from .results import checkpoint_record, write_result
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     try:
+        # everything the run will need, checked before it loads or computes anything: an
+        # --out that is a file used to be found only when the results were written
         settings = settings_from(args)
+        check_writable_dir("--out", args.out)
+        if args.backend == "torch":
+            check_device("--device", args.device)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         loaded = load_checkpoint(args.checkpoint, device=args.device, backend=args.backend)
         print(f"{TASKS[args.task].label} on {loaded.model_dir} (sha256 {loaded.sha256[:12]})")
         progress = Progress()
@@ -169,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         result["checkpoint"] = checkpoint_record(loaded)
         json_path, png_path = write_result(result, args.out)
-    except (ValueError, CheckpointError, MissingDependencyError, MemoryBudgetError) as err:
+    except (ValueError, CheckpointError, OSError, MissingDependencyError, MemoryBudgetError) as err:
         print(f"titans eval: error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result["summary"], indent=1, default=str))

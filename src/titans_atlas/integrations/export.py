@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..validation import check_writable_dir
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -35,6 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        check_writable_dir("destination", args.destination)
+    except ValueError as err:
+        return _fail(str(err))
     if args.destination.exists() and any(args.destination.iterdir()) and not args.force:
         return _fail(f"{args.destination} is not empty (pass --force to write into it)")
     try:
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     convert = export_hf if args.format == "hf" else import_hf
     try:
         written = convert(args.source, args.destination)
-    except ValueError as err:  # CheckpointError is a ValueError
+    except (ValueError, OSError) as err:  # CheckpointError is a ValueError
         return _fail(str(err))
     print(f"wrote {written}")
     return 0

@@ -16,6 +16,9 @@ from ..validation import check_bool, check_int, check_number
 
 # Every embedding row costs dim floats; a vocabulary beyond this is a mistake, not a model.
 MAX_VOCAB_SIZE = 2**24
+# The attention cache is a ring of ``window`` slots per layer, allocated at the first call
+# whatever the input's length: a window of 10^9 asked for 128 GB before anything ran.
+MAX_WINDOW = 2**20
 # Fields that left the config, and where they went (named in the error for old code).
 MOVED_FIELDS = {
     "muon": 'update_rule ("momentum", "muon" or "muon_chunk")',
@@ -60,8 +63,9 @@ class ModelConfig:
         if not isinstance(self.name, str):
             raise ValueError(f"name must be a model name (str), got {self.name!r}")
         check_int("vocab_size", self.vocab_size, 1, MAX_VOCAB_SIZE)
-        for name in ("dim", "depth", "num_heads", "window"):
+        for name in ("dim", "depth", "num_heads"):
             check_int(name, getattr(self, name), 1)
+        check_int("window", self.window, 1, MAX_WINDOW)
         check_int("num_persistent", self.num_persistent, 0)
         check_number("ffn_expansion", self.ffn_expansion, 0.0)
         check_number("rope_base", self.rope_base, 1.0)

@@ -46,6 +46,11 @@ CHECKPOINTS, LATEST, BEST, MANIFEST = "checkpoints", "latest.json", "best.json",
 STATE_FILE, FORMAT, VERSION = "trainer_state.json", "titans-atlas-train", 1
 
 
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint that could not be written (a full disk); the previous one is intact. An
+    OSError too, as the failed write it reports."""
+
+
 def _write_json(path: Path, data: Any) -> None:
     """Atomic: a reader sees the old file or the new one, never half of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -126,6 +131,23 @@ def save_checkpoint(
     name = f"step_{step:08d}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_files(tmp, model, optimizer, trainer_state, tokenizer, stream_state)
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        manifest = {
+            str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _digest(p)}
+            for p in files
+        }
+        return publish(tmp, manifest, step, keep_last=keep_last, val_loss=val_loss)
+    except (OSError, SafetensorError) as err:  # a full disk: keep the last good checkpoint
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(
+            f"cannot write the checkpoint of step {step} into {root}: {err}. The previous "
+            f"checkpoint ({LATEST}) is untouched: free space, then continue with --resume"
+        ) from err
+
+
+def _write_files(tmp: Path, model, optimizer, trainer_state: dict, tokenizer, stream_state) -> None:
     model.save_pretrained(str(tmp / "model"))
     if tokenizer is not None:
         tokenizer.save(tmp / "model")
@@ -143,11 +165,6 @@ def save_checkpoint(
         "rng": rng_meta,
     }
     (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    files = sorted(p for p in tmp.rglob("*") if p.is_file())
-    manifest = {
-        str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in files
-    }
-    return publish(tmp, manifest, step, keep_last=keep_last, val_loss=val_loss)
 
 
 def publish(

@@ -88,7 +88,7 @@ def run_train(args: argparse.Namespace) -> int:
         result = trainer.run()
     except NonFiniteError as err:
         return _fail(err, 1, parallel)
-    except (ValueError, CheckpointError) as err:
+    except (ValueError, CheckpointError, OSError) as err:  # OSError: a full or lost disk
         return _fail(err, 2, parallel)
     except BaseException as err:  # under torchrun: name the rank, then let it propagate
         _fail(err, 1, parallel, quiet=True)
@@ -225,7 +225,7 @@ def run_consolidate(args: argparse.Namespace) -> int:
 
     try:
         out = consolidate(args.checkpoint, args.out)
-    except (ValueError, CheckpointError) as err:
+    except (ValueError, CheckpointError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"model directory: {out}")

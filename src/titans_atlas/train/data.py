@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizer import Tokenizer, load_tokenizer
+from ..tokenizer import Tokenizer, load_tokenizer, say_network
 from ..validation import not_text_error, read_text_file
 from .config import DataConfig
 
@@ -203,6 +203,8 @@ def hf_documents(config: DataConfig, source: str | None = None) -> Iterator[str]
         if config.hf_streaming:
             data = data.to_iterable_dataset()
     else:
+        if not Path(name).exists():
+            say_network(f"dataset {name!r}")
         data = datasets.load_dataset(
             name, config.hf_config, split=config.hf_split, streaming=config.hf_streaming
         )

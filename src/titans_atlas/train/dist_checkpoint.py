@@ -40,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..checkpoint import CheckpointError, load_model
 from ..models.backbone import LanguageModel, ModelState, build_model
 from ..state_io import load_state, save_state
+from ..validation import check_writable_dir
 from . import checkpoint as single
 from .distributed import Parallel
 from .stream import concat_rows, take_rows
@@ -195,6 +196,7 @@ def _load_shards(directory: Path, state: dict, model, optimizer) -> None:
 
     model_state, optim_state = _state_dicts(model, optimizer)
     tensors, _ = _flat_tensors(model_state, optim_state)
+    _check_shards(directory / SHARDS)
     reader = dcp.HuggingFaceStorageReader(str(directory / SHARDS))
     stored = set(reader.read_metadata().state_dict_metadata)
     missing = sorted(k for k in tensors if k.startswith("model.") and k not in stored)
@@ -202,7 +204,7 @@ def _load_shards(directory: Path, state: dict, model, optimizer) -> None:
         raise CheckpointError(f"{directory} holds a different model: no {missing[:3]}")
     # a parameter that never had a gradient has no AdamW state in the checkpoint
     absent = {k for k in tensors if k not in stored}
-    _dcp_load({k: v for k, v in tensors.items() if k not in absent}, reader)
+    _dcp_load({k: v for k, v in tensors.items() if k not in absent}, reader, directory / SHARDS)
     meta = state["optimizer"]
     for key, value in meta["scalars"].items():
         name, field = key.rsplit(":", 1)
@@ -216,14 +218,37 @@ def _load_shards(directory: Path, state: dict, model, optimizer) -> None:
     )  # fmt: skip
 
 
-def _dcp_load(tensors: dict[str, torch.Tensor], reader) -> None:
-    """``dcp.load`` in place; without a process group it reads as one process (by design
-    here: a 1-process resume or an export), so its warning saying so is dropped."""
-    import torch.distributed.checkpoint as dcp
+def _check_shards(folder: Path) -> None:
+    """Every shard file's header readable, before DCP reads them: DCP logs a damaged header
+    as a traceback before it fails."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder} holds no shard files (*.safetensors)")
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"shard file {path} is unreadable: {err}") from err
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(tensors, storage_reader=reader)
+
+def _dcp_load(tensors: dict[str, torch.Tensor], reader, where: Path) -> None:
+    """``dcp.load`` in place; without a process group it reads as one process (by design
+    here: a 1-process resume or an export), so its warning saying so is dropped. DCP reports
+    damaged or missing shards as assertions and runtime errors of many kinds: they become
+    one CheckpointError naming the folder."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(tensors, storage_reader=reader)
+    except CheckpointException as err:  # each rank's exception, without its traceback
+        causes = "; ".join(f"{type(e).__name__}: {e}" for e, _ in err.failures.values())
+        raise CheckpointError(f"cannot read the sharded tensors in {where}: {causes}") from None
+    except (AssertionError, RuntimeError, KeyError, ValueError, OSError) as err:
+        raise CheckpointError(f"cannot read the sharded tensors in {where}: {err}") from err
 
 
 def _all_absent(name: str, values: dict, absent: set[str]) -> bool:
@@ -300,6 +325,8 @@ def consolidate(checkpoint: str | Path, out_dir: str | Path | None = None) -> Pa
     from .config import RunConfig
 
     directory = single.find_checkpoint(checkpoint)
+    out = Path(out_dir) if out_dir is not None else directory / MODEL_DIR
+    check_writable_dir("--out", out)
     state = single.verify_checkpoint(directory)
     if not (directory / SHARDS).is_dir():
         raise CheckpointError(f"{directory} is not a sharded checkpoint (no {SHARDS}/)")
@@ -307,9 +334,9 @@ def consolidate(checkpoint: str | Path, out_dir: str | Path | None = None) -> Pa
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         weights.pop("model.head.weight")
-    _dcp_load(weights, dcp.HuggingFaceStorageReader(str(directory / SHARDS)))
+    _check_shards(directory / SHARDS)
+    _dcp_load(weights, dcp.HuggingFaceStorageReader(str(directory / SHARDS)), directory / SHARDS)
     model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items()}, strict=False)
-    out = Path(out_dir) if out_dir is not None else directory / MODEL_DIR
     model.save_pretrained(str(out))
     if (directory / TOKENIZER_DIR).is_dir():
         for path in (directory / TOKENIZER_DIR).iterdir():

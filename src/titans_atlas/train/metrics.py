@@ -40,8 +40,10 @@ class MetricsLog:
         enabled: bool = True,
         progress: bool = True,
         tensorboard: bool = False,
-        stream: TextIO = sys.stderr,
+        stream: TextIO | None = None,
     ) -> None:
+        # sys.stderr as it is now, not as it was at import (a caller may have replaced it)
+        stream = sys.stderr if stream is None else stream
         self.enabled, self.stream, self.writer, self.bar = enabled, stream, None, None
         if not enabled:
             return

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..tokenizer import HF_FILE, SPEC_FILE, Tokenizer
-from ..validation import check_int
+from ..validation import check_int, check_writable_dir
 from .config import DataConfig
 from .data import (
     SHARD_FORMAT,
@@ -33,7 +33,6 @@ from .data import (
     shard_files,
     token_dtype,
 )
-from .run_dir import check_writable_dir
 
 TOKENIZER_FILES = (SPEC_FILE, HF_FILE)  # what Tokenizer.save may write (gpt2: the spec only)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import CheckpointError
+from ..validation import check_writable_dir
 
 # What a run writes at the top of its directory; any of them means an earlier run is there.
 # (control/: the recall run's control model, trained after it into RUN/control)
@@ -66,21 +67,6 @@ def resolve_pointer(root: Path, name: str) -> Path | None:
             f"(to {(root / target).resolve()})"
         )
     return root / target
-
-
-def check_writable_dir(name: str, path: str | Path) -> None:
-    """``path`` is a directory, or can be created as one, and is writable; ValueError naming
-    ``name`` otherwise. Creates nothing (a refused command leaves no empty folder behind)."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{name}={str(path)!r} is a file, not a directory")
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{name}={str(path)!r} cannot be created: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{name}={str(path)!r} is not writable ({existing} denies writing)")
 
 
 def earlier_run(run_dir: str | Path) -> list[str]:

@@ -17,16 +17,14 @@ from ..layers.neural_memory import NeuralMemory
 from ..models.backbone import LanguageModel, ModelState
 from ..ops import validating, value_checks_enabled
 from ..ops.state import MemoryState
+from ..validation import check_device
 from .config import TrainConfig
 
 
 def pick_device(config: TrainConfig) -> torch.device:
     if config.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(config.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={config.device!r} but CUDA is not available")
-    return device
+    return check_device("train.device", config.device)
 
 
 def autocast_context(config: TrainConfig, device: torch.device):
