@@ -108,6 +108,9 @@ def test_resume_needs_the_same_global_batch_even_with_the_same_rows(
         ("[train]\nsteps = 3.5", "train.steps takes a int"),  # used to train 4 steps
         ("[train]\nsteps = 3.0", "train.steps takes a int"),
         ("[train]\nsteps = true", "train.steps takes a int"),
+        ('[train]\nbatch_size = "4"', "train.batch_size takes a int"),  # a TOML string
+        ('[model]\ndim = "64"', "dim must be an integer"),
+        ('[train]\ncontrol = "null"', "train.control must name a model"),  # not None
         ("[train]\ncompile = 1", "train.compile takes true or false"),
         ("[train]\nout_dir = 5", "train.out_dir takes a str"),
         ("[train]\ncontrol = 7", "train.control takes a str or null"),

@@ -28,9 +28,11 @@ def _model_fields() -> list[str]:
     return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
 
 
-def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
+def set_value(config: RunConfig, key: str, value: Any, *, text: bool = True) -> RunConfig:
     """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``, or
-    ``data.task_args.<argument>``: one argument, the others kept) set."""
+    ``data.task_args.<argument>``: one argument, the others kept) set. ``text``: a string
+    value is command-line text, read as JSON (``"4"`` -> 4); a config file's values are
+    typed already (``text=False``), so a string there stays a string and is checked as one."""
     section, _, name = key.partition(".")
     sections = [f.name for f in fields(config)]
     if section not in sections or not name:
@@ -40,18 +42,18 @@ def set_value(config: RunConfig, key: str, value: Any) -> RunConfig:
         valid = _model_fields()
         if name.removeprefix("memory.") not in valid:
             raise ValueError(f"unknown model setting {name!r}{suggest(name, valid)}")
-        value = _parse(value) if isinstance(value, str) else value  # the model checks types
+        value = _parse(value) if text and isinstance(value, str) else value  # the model checks
         part = replace(part, overrides={**part.overrides, name.removeprefix("memory."): value})
     elif name.startswith("task_args.") and section == "data":  # one task argument
         argument = name.removeprefix("task_args.")
-        value = _parse(value) if isinstance(value, str) else value
+        value = _parse(value) if text and isinstance(value, str) else value
         part = replace(part, task_args={**part.task_args, argument: value})
     else:
         valid = [f.name for f in fields(part)]
         if name not in valid:
             raise ValueError(f"unknown setting {key!r}{suggest(name, valid)}")
         kind = str(next(f.type for f in fields(part) if f.name == name))
-        part = replace(part, **{name: _coerce(kind, value, key)})
+        part = replace(part, **{name: _coerce(kind, value, key, text)})
     return replace(config, **{section: part})
 
 
@@ -73,15 +75,15 @@ _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
-def _coerce(kind: str, value: Any, key: str) -> Any:
+def _coerce(kind: str, value: Any, key: str, text: bool = True) -> Any:
     """A setting's value checked against its field's type, the same way whether it comes
     from ``--set`` (a string, read as JSON unless the field is text) or from a config file
     or dict (already typed): ``steps = 3.5`` in a TOML file is refused like
     ``--set train.steps=3.5``. Ranges (NaN included) are the dataclasses' own checks."""
     base, optional = kind.removesuffix(" | None"), kind.endswith(" | None")
-    if optional and value in (None, "null"):  # an optional field set back to None
+    if optional and (value is None or (text and value == "null")):  # back to None
         return None
-    if isinstance(value, str) and base != "str":
+    if text and isinstance(value, str) and base != "str":
         value = _parse(value)
     types, expected = _KINDS.get(base, ((object,), base))
     if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
@@ -98,14 +100,14 @@ def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
         if section == "model" and isinstance(values, dict):
             for name in ("name", "preset"):
                 if name in values:
-                    config = set_value(config, f"model.{name}", values[name])
+                    config = set_value(config, f"model.{name}", values[name], text=False)
             for name, value in {**values.get("overrides", {}), **_flat_model(values)}.items():
-                config = set_value(config, f"model.{name}", value)
+                config = set_value(config, f"model.{name}", value, text=False)
         elif isinstance(values, dict):
             for name, value in values.items():
-                config = set_value(config, f"{section}.{name}", value)
+                config = set_value(config, f"{section}.{name}", value, text=False)
         else:
-            config = set_value(config, section, values)  # raises: a section must be a table
+            config = set_value(config, section, values, text=False)  # raises: not a table
     return config
 
 
@@ -128,5 +130,5 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
                 import tomli as tomllib
             return tomllib.loads(text)
         return json.loads(text)
-    except ValueError as err:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, RecursionError) as err:  # the decode errors are ValueErrors
         raise ValueError(f"{path} is not a valid config file: {err}") from err
