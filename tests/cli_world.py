@@ -80,6 +80,7 @@ def build_world(root: Path) -> dict[str, Path]:
     paths = {name: root / name for name in (
         "run", "model", "model64", "shards", "partial", "binary", "afile", "adir",
         "steps.toml", "nan.json", "hostile", "sharded", "empty", "bad.jsonl", "new",
+        "deep.json", "tok.json", "model_ids", "model_hf", "nospec",
     )}  # fmt: skip
     paths |= {"text": root / "text.txt", "latin1": root / "latin1.txt"}
     paths["state"] = root / "main_state.safetensors"
@@ -101,6 +102,14 @@ def build_world(root: Path) -> dict[str, Path]:
     paths["steps.toml"].write_text("[train]\nsteps = 3.5\n")
     paths["nan.json"].write_text('{"optim": {"lr": NaN}}\n')
     paths["bad.jsonl"].write_text('{"text": "fine"}\n{"text": \n')
+    paths["deep.json"].write_text("[" * 100_000 + "]" * 100_000)  # deeper than json recurses
+    paths["tok.json"].write_text("{not a tokenizer")
+    shutil.copytree(paths["model"], paths["model_ids"])  # a spec with more ids than the model
+    (paths["model_ids"] / "tokenizer_spec.json").write_text('{"kind": "ids", "vocab_size": 999}')
+    shutil.copytree(paths["model"], paths["model_hf"])  # a spec whose tokenizer.json is gone
+    (paths["model_hf"] / "tokenizer_spec.json").write_text('{"kind": "hf", "source": ""}')
+    shutil.copytree(paths["shards"], paths["nospec"])
+    (paths["nospec"] / "tokenizer_spec.json").unlink()
     shutil.copytree(paths["run"], paths["hostile"])
     for name in ("latest.json", "best.json"):
         pointer = {"step": 1, "dir": "../../run/checkpoints/step_00000001"}

@@ -41,6 +41,8 @@ TRAIN = [  # (id, arguments, class of the error, words of its message)
     ("config-missing", "train --config {empty}/none.toml --out {new}", VE, "none.toml"),
     ("preset-unknown", "train --preset debgu --out {new}", VE, "did you mean"),
     ("typo", "train --out {new} --set train.stpes=3", VE, "steps"),
+    ("config-too-deep", "train --config {deep.json} --out {new}", VE, "deep.json"),
+    ("shards-without-spec", "train --data {nospec} --out {new}", VE, "tokenizer_spec.json"),
 ]
 
 PREPARE = [
@@ -53,6 +55,7 @@ PREPARE = [
     ("missing-source", "prepare {empty}/none.txt --out {new}", VE, "none.txt"),
     ("bad-jsonl", "prepare {bad.jsonl} --out {new}", VE, "bad.jsonl:2"),
     ("tokenizer-unknown", "prepare {text} --out {new} --tokenizer nope", VE, "nope"),
+    ("tokenizer-file-bad", "prepare {text} --out {new} --tokenizer hf:{tok.json}", VE, "tok.json"),
 ]
 
 GEN = "generate --checkpoint {model} --prompt x "
@@ -71,6 +74,19 @@ GENERATE = [
     ("state-names-main", GEN + "--load-state {state}", VE, "stream-state classes"),
     ("no-prompt", "generate --checkpoint {model}", VE, "--prompt"),
     ("interactive-and-prompt", GEN + "--interactive", VE, "stdin"),
+    (
+        "prompt-file-missing",
+        "generate --checkpoint {model} --prompt-file {empty}/p",
+        VE,
+        "--prompt",
+    ),
+    ("spec-more-ids", "generate --checkpoint {model_ids} --prompt 1", VE, "999 ids"),
+    (
+        "spec-file-gone",
+        "generate --checkpoint {model_hf} --prompt x",
+        VE,
+        "tokenizer.json is missing",
+    ),
 ]
 
 EVAL = "eval --checkpoint {model} --out {new} "
@@ -94,6 +110,7 @@ EXPORT = [
     ("source-missing", "export --format hf {empty}/m {new}", CE, "checkpoint is missing"),
     ("no-tokenizer-spec", "export --format hf {model64} {new}", VE, "tokenizer_spec.json"),
     ("not-an-hf-folder", "export --format titans {model64}/none {new}", CE, "not a Hugging Face"),
+    ("ours-as-hf", "export --format titans {model} {new}", CE, "our model directory"),
 ]
 
 CONSOLIDATE = [
@@ -107,6 +124,7 @@ CONSOLIDATE = [
 NEEDS = {
     "train:no-cuda": NO_CUDA, "generate:no-cuda": NO_CUDA, "eval:no-cuda": NO_CUDA,
     "export:source-missing": HF, "export:no-tokenizer-spec": HF, "export:not-an-hf-folder": HF,
+    "export:ours-as-hf": HF, "prepare:tokenizer-file-bad": HF,
     "consolidate:out-is-a-file": DIST,
 }  # fmt: skip
 

@@ -142,7 +142,12 @@ class HFTokenizer:
                 "hf tokenizers need the tokenizers package (pip install tokenizers)"
             ) from err
         if path.is_file():
-            return cls(tokenizers.Tokenizer.from_file(str(path)), source)
+            try:
+                return cls(tokenizers.Tokenizer.from_file(str(path)), source)
+            except Exception as err:  # tokenizers raises its own exception type
+                raise ValueError(f"{path} is not a readable tokenizer.json: {err}") from err
+        if directory is not None:  # a saved spec always writes its file beside itself
+            raise ValueError(f"{path} is missing: {directory / SPEC_FILE} names it")
         try:  # a hub name: transformers knows the local cache
             from transformers import AutoTokenizer
 
@@ -238,8 +243,16 @@ def model_tokenizer_spec(directory: str | Path, vocab_size: int) -> dict:
 
 
 def load_model_tokenizer(directory: str | Path, vocab_size: int) -> Tokenizer:
-    """The tokenizer of the model saved in ``directory`` (see ``model_tokenizer_spec``)."""
+    """The tokenizer of the model saved in ``directory`` (see ``model_tokenizer_spec``); its
+    ids must fit the model's vocabulary of ``vocab_size``."""
     spec = model_tokenizer_spec(directory, vocab_size)
     if (Path(directory) / SPEC_FILE).is_file():
-        return load_tokenizer(directory)
-    return TOKENIZERS[spec["kind"]](spec, None)
+        tokenizer = load_tokenizer(directory)
+    else:
+        tokenizer = TOKENIZERS[spec["kind"]](spec, None)
+    if tokenizer.vocab_size > vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids but the model in "
+            f"{directory} has a vocabulary of {vocab_size}"
+        )
+    return tokenizer

@@ -92,7 +92,10 @@ def read_text_file(path: str | Path, what: str) -> str:
     """The text of a UTF-8 file. A file that is not UTF-8, or holds NUL bytes (a binary
     file), is a ValueError naming ``what`` and the file: read with replacement characters it
     would be trained or scored as altered data, its byte count (bits per byte) off."""
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:  # missing, a folder, unreadable
+        raise ValueError(f"{what} {str(path)!r} cannot be read: {err.strerror}") from err
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -52,3 +52,14 @@ def test_progress_lines_name_each_sample(checkpoint, tmp_path, capsys):
     assert main([*argv, "--samples", "2", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "sample 1 (length 64, kv_pairs 4)" in err and "sample 2" in err
+
+
+def test_mqar_lengths_are_checked_before_the_first_sample(checkpoint, tmp_path, capsys):
+    """A length at or above the vocabulary used to fail after the shorter ones had run."""
+    pytest.importorskip("matplotlib")
+    argv = ["eval", "--checkpoint", str(checkpoint), "--task", "mqar", "--samples", "1"]
+    assert main([*argv, "--lengths", "64", "256", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "--lengths 256" in err and "sample 1" not in err
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0  # the defaults that fit: 64, 128
+    assert "sample 2 (length 128" in capsys.readouterr().err

@@ -63,9 +63,4 @@ def load_checkpoint(
     else:
         raise ValueError(f"backend must be 'torch' or 'mlx', got {backend!r}")
     tokenizer = load_model_tokenizer(model_dir, model.config.vocab_size)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids but the model in "
-            f"{model_dir} has a vocabulary of {model.config.vocab_size}"
-        )
     return LoadedCheckpoint(model, tokenizer, model_dir, file_sha256(model_dir / WEIGHTS_FILE))

@@ -90,9 +90,25 @@ def labelled_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, 
 DEFAULT_LENGTHS = (64, 128, 256)
 
 
+def _lengths(settings: EvalSettings, vocab: int) -> tuple[int, ...]:
+    """The lengths to run, all checked before the first sample: MQAR needs L even, V > L
+    and 4 kv <= L. The defaults keep those that fit the vocabulary (a 256-id model: 64, 128);
+    a length that does not fit, given by the user, is an error naming --lengths."""
+    if not settings.lengths:
+        return tuple(n for n in DEFAULT_LENGTHS if n < vocab) or (min(DEFAULT_LENGTHS),)
+    for length in settings.lengths:
+        pairs = settings.kv_pairs or max(1, length // 16)
+        if length < 2 or length % 2 or length >= vocab or 4 * pairs > length:
+            raise ValueError(
+                f"MQAR --lengths {length} does not fit: a length must be even, below the "
+                f"vocabulary ({vocab}) and at least 4 x --kv-pairs ({pairs})"
+            )
+    return settings.lengths
+
+
 def _samples(settings: EvalSettings, tokenizer: Tokenizer):
     vocab = int(settings.extra.get("vocab_size", tokenizer.vocab_size))
-    for length in settings.lengths or DEFAULT_LENGTHS:
+    for length in _lengths(settings, vocab):
         pairs = settings.kv_pairs or max(1, length // 16)
         batch = mqar_batch(settings.samples, length, pairs, vocab, seed=settings.seed + 10 + length)
         for index in range(settings.samples):

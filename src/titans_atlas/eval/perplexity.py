@@ -34,7 +34,7 @@ def iter_text_blocks(path: str | Path, block_chars: int = BLOCK_CHARS) -> Iterat
     of blank lines; a block is longer when a line is)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"text file {str(path)!r} does not exist")
+        raise ValueError(f"text file {str(path)!r} does not exist or is not a file")
     pending, read = "", 0
     # strict: a replaced byte would make the bytes scored differ from the file's, and bits
     # per byte would be computed on altered data
@@ -197,7 +197,7 @@ def _samples(settings: EvalSettings, tokenizer: Tokenizer):
         raise ValueError("the perplexity task needs a text file: --text FILE")
     path = Path(settings.text)
     if not path.is_file():
-        raise ValueError(f"text file {settings.text!r} does not exist")
+        raise ValueError(f"text file {settings.text!r} does not exist or is not a file")
     max_tokens = max(settings.lengths) if settings.lengths else None
     # a token holds at least one byte for byte-level and BPE tokenizers: the file size bounds
     # the tokens, and so the memory estimate

@@ -207,7 +207,9 @@ def verify_checkpoint(directory: str | Path, part: tuple[int, int] = (0, 1)) -> 
     directory = Path(directory)
     manifest = read_json_object(directory / MANIFEST)
     if manifest is None:
-        raise CheckpointError(f"{directory} is not a complete training checkpoint (no {MANIFEST})")
+        raise CheckpointError(
+            f"{directory} is not a complete training checkpoint (no readable {MANIFEST})"
+        )
     for index, (name, entry) in enumerate(sorted(manifest.items())):
         path = directory / name
         if ".." in Path(name).parts or Path(name).is_absolute():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizer import Tokenizer, load_tokenizer, say_network
+from ..tokenizer import SPEC_FILE, Tokenizer, load_tokenizer, say_network
 from ..validation import not_text_error, read_text_file
 from .config import DataConfig
 
@@ -157,6 +157,8 @@ def read_shards(directory: str | Path) -> tuple[Corpus, Tokenizer]:
     if not isinstance(meta.get("shards"), list) or not meta["shards"]:
         raise ValueError(f"{directory / SHARD_META} lists no shards")
     parts = [_read_shard(directory, shard, np.dtype(meta["dtype"])) for shard in meta["shards"]]
+    if not (directory / SPEC_FILE).is_file():
+        raise ValueError(f"{directory} has no {SPEC_FILE}: shards carry the tokenizer they hold")
     return Corpus(parts), load_tokenizer(directory)
 
 

@@ -330,7 +330,10 @@ def consolidate(checkpoint: str | Path, out_dir: str | Path | None = None) -> Pa
     state = single.verify_checkpoint(directory)
     if not (directory / SHARDS).is_dir():
         raise CheckpointError(f"{directory} is not a sharded checkpoint (no {SHARDS}/)")
-    model = build_model(RunConfig.from_dict(state["config"]).model.build())
+    try:
+        model = build_model(RunConfig.from_dict(state["config"]).model.build())
+    except ValueError as err:
+        raise CheckpointError(f"{directory / single.STATE_FILE} holds a bad config: {err}") from err
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         weights.pop("model.head.weight")

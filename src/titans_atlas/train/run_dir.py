@@ -198,9 +198,14 @@ def lock_run_dir(run_dir: Path, parallel: Any, fresh: bool) -> RunLock | None:
     timeout. Returns the main rank's lock (None elsewhere)."""
     lock, refusal = None, None
     if parallel.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
         lock = RunLock(run_dir)
         try:
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise ValueError(
+                    f"train.out_dir={str(run_dir)!r} cannot be created: {err}"
+                ) from err
             lock.acquire()
             if fresh:
                 check_fresh(run_dir)

@@ -8,12 +8,14 @@ go through the libraries' own strict loaders and writers, so a folder that loads
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
 from ...checkpoint import CheckpointError, load_model
 from ...models import LanguageModel
+from .config import MODEL_TYPE
 from .modeling import TitansAtlasForCausalLM
 from .tokenizer import from_hf_tokenizer, read_spec, to_hf_tokenizer
 
@@ -49,7 +51,27 @@ def import_hf(hf_dir: str | Path, model_dir: str | Path, dtype: torch.dtype | No
         raise ValueError("model_dir must differ from hf_dir (both have a config.json)")
     if not (hf_dir / "config.json").is_file():  # else transformers would look for a hub repo
         raise CheckpointError(f"{hf_dir} is not a Hugging Face folder (no config.json)")
-    hf_model = TitansAtlasForCausalLM.from_pretrained(str(hf_dir), dtype=dtype)
+    _check_hf_config(hf_dir / "config.json")
+    try:
+        hf_model = TitansAtlasForCausalLM.from_pretrained(str(hf_dir), dtype=dtype)
+    except (OSError, ValueError, RuntimeError, KeyError) as err:  # transformers' many kinds
+        raise CheckpointError(f"cannot load the Hugging Face folder {hf_dir}: {err}") from err
     hf_model.model.save_pretrained(str(model_dir))
     from_hf_tokenizer(hf_model.config.tokenizer_spec, hf_dir, model_dir)
     return model_dir
+
+
+def _check_hf_config(path: Path) -> None:
+    """A titans_atlas HF config, not our own model directory's config.json (transformers
+    would fail on it with a size-mismatch report)."""
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
+        ours = isinstance(config, dict) and config.get("format") == "titans-atlas"
+        hint = ": it is our model directory; --format hf converts it" if ours else ""
+        raise CheckpointError(
+            f"{path} is not a {MODEL_TYPE!r} Hugging Face config (model_type "
+            f"{config.get('model_type') if isinstance(config, dict) else None!r}){hint}"
+        )
