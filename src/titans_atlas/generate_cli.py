@@ -117,7 +117,7 @@ def stream_generate(
     """Read ``prompt_ids`` into the stream, then sample and print up to ``max_new_tokens``
     tokens; every sampled token is read back, so the returned state holds the whole turn."""
     if not prompt_ids:
-        raise ValueError("the prompt is empty")
+        raise ValueError("the prompt is empty: give --prompt (or a line) some text to continue")
     check_int("max_new_tokens", max_new_tokens, 0)
     prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     if isinstance(model, LanguageModel):

@@ -63,7 +63,7 @@ class EvalSettings:
         # checked before any sample is built: a prompt of 10^8 tokens took minutes to build
         for name, low in (("lengths", 0), ("distances", 1)):
             for n in getattr(self, name):
-                check_int(f"each of {name} (tokens)", n, low, MAX_EVAL_LENGTH)
+                check_int(f"each of {name} (--{name}, tokens)", n, low, MAX_EVAL_LENGTH)
         if any(not isinstance(d, int | float) or not 0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must lie in [0, 1], got {self.depths!r}")
 

@@ -60,7 +60,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-def tokenize_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Corpus:
+def tokenize_documents(
+    texts: Iterable[str], tokenizer: Tokenizer, source: str = "the data source"
+) -> Corpus:
     """Encode documents into one in-memory part (end-of-text after each, when defined)."""
     arrays, bounds = [], [0]
     eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
@@ -70,7 +72,7 @@ def tokenize_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Corpus:
             arrays.append(np.asarray(ids, dtype=token_dtype(tokenizer.vocab_size)))
             bounds.append(bounds[-1] + len(ids))
     if not arrays:
-        raise ValueError("the data source holds no text")
+        raise ValueError(f"{source} holds no text (data.source: a file, folder or glob of text)")
     return Corpus([(np.concatenate(arrays), np.asarray(bounds, dtype=np.int64))])
 
 
@@ -240,5 +242,5 @@ def load_corpus(config: DataConfig, tokenizer: Tokenizer, source: str | None = N
             )
         return corpus
     if source.startswith("hf:"):
-        return tokenize_documents(hf_documents(config, source), tokenizer)
-    return tokenize_documents(iter_texts(config, source), tokenizer)
+        return tokenize_documents(hf_documents(config, source), tokenizer, repr(source))
+    return tokenize_documents(iter_texts(config, source), tokenizer, repr(source))

@@ -49,7 +49,7 @@ def prepare(
     """Tokenise every document of ``sources`` (text files, folders, globs, JSONL, ``hf:NAME``)
     into shards under ``out_dir``; returns the metadata written to ``meta.json``."""
     check_int("shard_tokens", shard_tokens, 1)
-    out = Path(out_dir)
+    sources, out = list(sources), Path(out_dir)
     check_writable_dir("--out", out)
     if (out / SHARD_META).exists():
         raise ValueError(f"{out} already holds shards; choose an empty folder")
@@ -91,7 +91,7 @@ def _prepare(
     if len(bounds) > 1:
         shards.append(_write_shard(out, len(shards), buffer, bounds, written))
     if not shards:
-        raise ValueError("the sources hold no text")
+        raise ValueError(f"the sources {list(sources)} hold no text")
     written += [out / name for name in TOKENIZER_FILES]
     tokenizer.save(out)
     meta = {
