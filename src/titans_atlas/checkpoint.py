@@ -28,7 +28,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save_model as save_safetensors
 
-from .layers.memory_config import LATER_FIELDS, UNBOUNDED_GATES, MemoryConfig
+from .layers.memory_config import (
+    INIT_ONLY_FIELDS,
+    LATER_FIELDS,
+    UNBOUNDED_GATES,
+    MemoryConfig,
+)
 from .models.backbone import MODELS, LanguageModel, build_model
 from .models.config import ModelConfig
 
@@ -198,8 +203,9 @@ def read_config(path: Path) -> ModelConfig:
 
 def _require_keys(data: dict, cls: type, path: Path, what: str) -> None:
     """A saved config names every field: a default filled in silently would build a model
-    of another shape and fail later as a weight mismatch."""
-    missing = sorted({f.name for f in fields(cls)} - set(data))
+    of another shape and fail later as a weight mismatch. Fields that only choose how
+    weights are drawn (``INIT_ONLY_FIELDS``) may be absent: the saved weights are the model."""
+    missing = sorted({f.name for f in fields(cls)} - set(data) - set(INIT_ONLY_FIELDS))
     if missing:
         raise CheckpointError(f"{path}: {what} is missing key(s) {missing}")
 

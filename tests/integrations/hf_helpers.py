@@ -23,7 +23,7 @@ def tiny(name: str, seed: int = 0, **overrides) -> ta.LanguageModel:
     return model.eval()
 
 
-def train_on_sentence(steps: int = 40) -> ta.LanguageModel:
+def train_on_sentence(steps: int = 80) -> ta.LanguageModel:
     """LMM trained with plain AdamW on a repeated sentence, bytes as tokens."""
     torch.manual_seed(0)
     model = ta.create_model("lmm", **{**TINY, "dim": 32, "window": 16, "chunk_size": 8})

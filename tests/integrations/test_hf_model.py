@@ -180,7 +180,9 @@ def test_right_padding_keeps_real_logits_but_cannot_be_continued():
     hf_model = to_hf_model(model)
     ids, mask = prompt(6, batch=2), torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
     out = hf_model(ids, attention_mask=mask)
-    assert torch.equal(out.logits[1, :4], logits_of(model, ids[1:, :4])[0])  # causal: exact
+    # causal: the padding does not reach the real tokens (a batch of 2 against a batch of 1
+    # may round differently in the BLAS, ~1e-8)
+    torch.testing.assert_close(out.logits[1, :4], logits_of(model, ids[1:, :4])[0])
     with pytest.raises(ValueError, match="end with padding"):
         hf_model(prompt(1, batch=2), attention_mask=torch.ones(2, 7), cache=out.cache)
     with pytest.raises(ValueError, match="end with padding"):

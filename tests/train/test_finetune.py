@@ -51,7 +51,7 @@ def test_init_from_refuses_another_model_its_own_run_dir_or_a_missing_checkpoint
         Trainer(other)
     memory = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
                           model__lr_max=0.5)  # fmt: skip
-    with pytest.raises(ValueError, match=r"memory\.lr_max: saved 0\.02, run 0\.5\)$"):
+    with pytest.raises(ValueError, match=r"memory\.lr_max: saved 0\.1, run 0\.5\)$"):
         Trainer(memory)
     gates = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
                          model__init_lr=0.001)  # fmt: skip

@@ -218,23 +218,21 @@ def test_cli_trains_the_control_and_reports_both(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_trained_memory_recalls_beyond_the_window_and_the_swa_control_does_not(tmp_path):
-    """The claim of docs/results.md in its smallest form (about 4-6 CPU-minutes): the `recall`
-    preset's lmm, cut to 600 steps, answers from 4 windows back far above chance and far
-    above the SWA control trained the same way, which cannot see that far.
-
-    The margin is what every seed gives: a seed that binds keys to values answers ~100%,
-    one that does not (3 in 9, seed 0 among them on our machines) still answers with a value
-    of the row -- remembered from 4 windows back -- at ~25% by step 600 (docs/results.md)."""
+def test_a_seed_binds_beyond_the_window_and_the_swa_control_does_not(tmp_path):
+    """The claim of docs/results.md in its smallest form (about 4-8 CPU-minutes): the `recall`
+    preset's lmm, with the layer's defaults and the preset's 500 steps, binds keys to values
+    -- it answers from 8 windows back at >= 90% -- while the SWA control trained the same way,
+    which cannot see that far, stays near chance. Seeds 0-9 are in docs/results.md ("Binding in
+    every seed"); this checks seed 0, the README's."""
     accuracy = {}
     for name in ("lmm", "swa"):
-        sets = ["train.steps=600", "train.threads=1", "train.progress=false",
+        sets = ["train.threads=1", "train.progress=false", "train.eval_every=0",
                 f"model.name={name}", f"train.out_dir={tmp_path / name}"]  # fmt: skip
         trainer = Trainer(build_config("recall", overrides=sets))
         trainer.run()
         model = trainer.model.eval()
-        accuracy[name] = recall_accuracy(model, 128, 32, vocab_size=32, num_pairs=4,
+        accuracy[name] = recall_accuracy(model, 128, 64, vocab_size=32, num_pairs=4,
                                          samples=200, seed=11)  # fmt: skip
     chance = 1 / 16
     assert accuracy["swa"] < chance + 0.08, accuracy
-    assert accuracy["lmm"] > accuracy["swa"] + 0.12, accuracy  # ~4 standard errors at n = 200
+    assert accuracy["lmm"] >= 0.9, accuracy

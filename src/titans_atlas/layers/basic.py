@@ -45,9 +45,21 @@ class CausalConv(nn.Module):
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=True)
 
-    def init_weights(self) -> None:
-        """PyTorch's default Conv1d initialisation (uniform in +-1/sqrt(kernel_size))."""
+    @torch.no_grad()
+    def init_weights(self, matched: bool = False) -> None:
+        """PyTorch's default Conv1d initialisation (uniform in +-1/sqrt(kernel_size)); with
+        ``matched`` the taps made non-negative and the bias zero.
+
+        Why ``matched`` (the memory layer's default): the default bias, up to 1/sqrt(K) per
+        channel, is ~25x the std-0.02 projections it is added to, so every token's key starts
+        as nearly the same vector (mean cosine 0.99 between positions) and the memory cannot
+        tell keys apart; signed taps also turn a query and its own key's conv into different
+        mixtures. Non-negative taps and no bias keep each output a positive blend of recent
+        tokens, so equal q and k projections give aligned q and k."""
         self.conv.reset_parameters()
+        if matched:
+            self.conv.weight.abs_()
+            self.conv.bias.zero_()
 
     def forward(
         self, x: torch.Tensor, cache: torch.Tensor | None = None

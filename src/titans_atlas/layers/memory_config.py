@@ -16,6 +16,12 @@ DECAY_TARGETS = ("zero", "init")  # what alpha decays the memory toward
 # Which token an Omega gate gamma_{t,j} is computed from: "step" x_t (every tap's gate from the
 # token closing the window), "tap" x_{t-j} (each tap's gate from the token it weights).
 OMEGA_GATE_SOURCES = ("step", "tap")
+# How the untrained layer's query and key paths start (docs/architectures.md, "Initialisation"):
+# "matched" -- the query projection equal to the key projection and the short convolutions
+# with non-negative taps and no bias, so an untrained query already retrieves its own key;
+# "independent" -- separate random draws and PyTorch's default convolution init (the layer
+# before 2026-12).
+QK_INITS = ("matched", "independent")
 # The values of the stability fields that give the spec's unbounded layer: what a config
 # saved before they existed (checkpoint format 2) meant.
 UNBOUNDED_GATES = {
@@ -28,6 +34,9 @@ UNBOUNDED_GATES = {
 # Fields added after the stability fields, with the value that gives the layer a config saved
 # before each existed (checkpoint format 3 and older, HF folders without them).
 LATER_FIELDS = {"omega_gate_source": "step"}
+# Fields that only choose how ``init_weights`` draws the parameters: a saved layer's weights
+# already carry their effect, so a config saved without them loads with the default.
+INIT_ONLY_FIELDS = ("qk_init",)
 
 
 def upgrade_saved_memory(memory: dict) -> dict:
@@ -36,7 +45,12 @@ def upgrade_saved_memory(memory: dict) -> dict:
     that reproduce the layer it was saved from (for saved configs without a format version,
     e.g. Hugging Face folders); any other dict unchanged (a partial dict takes today's
     defaults)."""
-    others = set(MemoryConfig.__dataclass_fields__) - set(UNBOUNDED_GATES) - set(LATER_FIELDS)
+    others = (
+        set(MemoryConfig.__dataclass_fields__)
+        - set(UNBOUNDED_GATES)
+        - set(LATER_FIELDS)
+        - set(INIT_ONLY_FIELDS)
+    )
     if not others <= set(memory):
         return memory
     if not set(UNBOUNDED_GATES) & set(memory):
@@ -66,6 +80,12 @@ class MemoryConfig:
     ``omega_gate_source`` (Omega window only): "step" computes all c gates of step t from x_t;
     "tap" computes gamma_{t,j} from x_{t-j}, the token that tap weights, so a token decides
     its own weight at every age in the window (docs/architectures.md, "Omega gates").
+
+    ``qk_init`` ("matched" | "independent") chooses how the query and key paths are drawn
+    (``QK_INITS``). "matched" makes every seed bind on the recall task where "independent"
+    stuck in about one seed of three (docs/results.md, "Binding in every seed").
+    ``momentum_max=0`` removes the momentum (eta = 0; then ``init_momentum`` must be 0): the
+    delta rule family, e.g. the registered ``gdn`` model.
     """
 
     model: str = "mlp"  # "linear" | "mlp" | "gated_mlp"
@@ -80,17 +100,20 @@ class MemoryConfig:
     poly_degree: int = 2
     feature_projection: bool = False  # learned projection of phi(k) back to the head width
     read: str = "after"
-    lr_max: float = 0.02  # theta = lr_max * sigmoid(.)
+    # theta = lr_max * sigmoid(.): up to a 10% step per token (0.02 before 2026-12 bound
+    # too slowly: docs/results.md, "Binding in every seed")
+    lr_max: float = 0.1
     momentum_max: float = 0.9  # eta = momentum_max * sigmoid(.): amplification <= 10
     decay_min: float = 1e-3  # alpha = decay_min + (1 - decay_min) * sigmoid(.)
     max_grad_norm: float | None = 1.0  # per-token inner gradient clip (None: unclipped)
     decay_target: str = "zero"  # "zero" | "init": what alpha decays the weights toward
-    init_lr: float = 0.005
+    init_lr: float = 0.02
     init_momentum: float = 0.5
     init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
     omega_gate_source: str = "step"  # "step" | "tap": the token gamma_{t,j} is computed from
-    conv_kernel: int = 4
+    conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
+    qk_init: str = "matched"  # "matched" | "independent": see QK_INITS
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
 
     def __post_init__(self) -> None:
@@ -101,6 +124,7 @@ class MemoryConfig:
         check_choice("update_rule", self.update_rule, UPDATE_RULES)
         check_choice("read", self.read, READ_MODES)
         check_choice("omega_gate_source", self.omega_gate_source, OMEGA_GATE_SOURCES)
+        check_choice("qk_init", self.qk_init, QK_INITS)
         for name in ("residual", "feature_projection"):
             check_bool(name, getattr(self, name))
         for name, minimum in (
@@ -124,12 +148,19 @@ class MemoryConfig:
         """Each gate's range, and an untrained value strictly inside it (a finite logit)."""
         check_choice("decay_target", self.decay_target, DECAY_TARGETS)
         check_number("lr_max", self.lr_max, 0.0)
-        check_number("momentum_max", self.momentum_max, 0.0, 1.0, open_high=False)
+        check_number("momentum_max", self.momentum_max, 0.0, 1.0, open_low=False, open_high=False)
         check_number("decay_min", self.decay_min, 0.0, 1.0, open_low=False)
         if self.max_grad_norm is not None:
             check_number("max_grad_norm", self.max_grad_norm, 0.0)
         check_number("init_lr", self.init_lr, 0.0, self.lr_max)
-        check_number("init_momentum", self.init_momentum, 0.0, self.momentum_max)
+        if self.momentum_max == 0:
+            if self.init_momentum != 0:
+                raise ValueError(
+                    f"init_momentum must be 0 when momentum_max=0 (no momentum), "
+                    f"got {self.init_momentum}"
+                )
+        else:
+            check_number("init_momentum", self.init_momentum, 0.0, self.momentum_max)
         check_number("init_decay", self.init_decay, self.decay_min, 1.0)
 
     def gate_biases(self) -> list[float]:
@@ -137,7 +168,8 @@ class MemoryConfig:
         parametrisation: sigmoid(bias) is the gate's position inside its range."""
         biases = [
             _logit(self.init_lr / self.lr_max),
-            _logit(self.init_momentum / self.momentum_max),
+            # no momentum (momentum_max=0): eta is 0 whatever the logit
+            _logit(self.init_momentum / self.momentum_max) if self.momentum_max else 0.0,
             _logit((self.init_decay - self.decay_min) / (1 - self.decay_min)),
         ]
         if self.omega_window > 1:

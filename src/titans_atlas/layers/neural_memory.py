@@ -98,13 +98,23 @@ class NeuralMemory(nn.Module):
     def init_weights(self, std: float = 0.02, out_std: float | None = None) -> None:
         """Initialise every parameter in place: projections N(0, std), the output projection
         N(0, out_std) (default std), gates that give the configured untrained gate values,
-        memory weights from the memory model's own initialiser."""
+        memory weights from the memory model's own initialiser.
+
+        ``config.qk_init == "matched"``: the query rows of ``to_qkv`` are a copy of the key
+        rows and the convolutions start with non-negative taps and no bias
+        (``CausalConv.init_weights``), so an untrained query retrieves what its own token
+        wrote -- the address the memory must learn is there from step 0 and training refines
+        it instead of having to find it (docs/architectures.md, "Initialisation")."""
         out_std = std if out_std is None else out_std
         for linear in (self.to_qkv, self.to_out_gate):
             nn.init.normal_(linear.weight, std=std)
         nn.init.normal_(self.to_out.weight, std=out_std)
+        matched = self.config.qk_init == "matched"
+        if matched:
+            width = self.to_qkv.weight.shape[0] // 3  # rows: [q | k | v]
+            self.to_qkv.weight[:width] = self.to_qkv.weight[width : 2 * width]
         for conv in self.conv.values():
-            conv.init_weights()
+            conv.init_weights(matched=matched)
         self.out_norm.reset_parameters()
         self._init_gates()
         if self.config.feature_map == "polynomial":

@@ -1,7 +1,7 @@
 """Language models built on the memory: one file per architecture, one shared backbone."""
 
 # Registration order is the order of list_models(): Titans, ATLAS, then the controls.
-from . import mac, mag, mal, lmm, atlas, controls  # noqa: F401, I001  (registers the architectures)
+from . import mac, mag, mal, lmm, atlas, deltanet, controls  # noqa: F401, I001  (registers the architectures)
 from .backbone import (
     MODELS,
     LanguageModel,

@@ -36,17 +36,13 @@ RUN_PRESETS: dict[str, dict[str, Any]] = {
     "recall": {
         "model": {"name": "lmm", "dim": 64, "depth": 2, "num_heads": 2, "window": 8,
                   "num_persistent": 4, "chunk_size": 16, "vocab_size": 32,
-                  # the layer's default inner step (lr_max 0.02) writes too weakly to bind
-                  # a key to its value here: 19-43% after 1,200 steps, against 79% at 4W
-                  "lr_max": 0.1, "init_lr": 0.02,
-                  # with the layer's 4-token conv 1 seed in 9 met the recall targets (the
-                  # others 24-84% at 8W; the conv mixes two distractors into each written
-                  # key); with 2 taps 6 seeds in 9 reach ~100% (docs/results.md)
-                  "conv_kernel": 2},
+                  # the layer's defaults bind here (seeds 0-9: recall at 8 windows and 16x
+                  # the length in docs/results.md, "Binding in every seed")
+                  },
         "data": {"source": "task:kv_multi", "task_args": {"vocab_size": 32, "num_pairs": 4}},
         "optim": {"lr": 3e-3, "warmup_steps": 30},
-        "train": {"steps": 1500, "batch_size": 32, "seq_len": 128, "eval_every": 500,
-                  "eval_tokens": 4096, "log_every": 25, "checkpoint_every": 500,
+        "train": {"steps": 500, "batch_size": 32, "seq_len": 128, "eval_every": 250,
+                  "eval_tokens": 4096, "log_every": 25, "checkpoint_every": 250,
                   "sample_tokens": 0, "control": "swa", "out_dir": "runs/recall"},
     },
 }  # fmt: skip

@@ -37,13 +37,16 @@ class SwiGLU(nn.Module):
 
 class DepthwiseConv1d(nn.Module):
     """The parameters of ``torch.nn.Conv1d(C, C, K, groups=C)``: weight ``[C, 1, K]``, bias
-    ``[C]``, with torch's default uniform(-1/sqrt(K), 1/sqrt(K)) init."""
+    ``[C]``, with torch's default uniform(-1/sqrt(K), 1/sqrt(K)) init; ``matched``: the taps
+    made non-negative and the bias zero (the torch ``CausalConv.init_weights`` says why)."""
 
-    def __init__(self, channels: int, kernel_size: int) -> None:
+    def __init__(self, channels: int, kernel_size: int, matched: bool = False) -> None:
         super().__init__()
         bound = 1.0 / math.sqrt(kernel_size)
         self.weight = mx.random.uniform(-bound, bound, (channels, 1, kernel_size))
         self.bias = mx.random.uniform(-bound, bound, (channels,))
+        if matched:
+            self.weight, self.bias = mx.abs(self.weight), mx.zeros((channels,))
 
 
 class CausalConv(nn.Module):
@@ -52,12 +55,12 @@ class CausalConv(nn.Module):
     ``(x [B, T, D], cache [B, K-1, D] | None) -> (y [B, T, D], cache)``.
     """
 
-    def __init__(self, channels: int, kernel_size: int = 4) -> None:
+    def __init__(self, channels: int, kernel_size: int = 4, matched: bool = False) -> None:
         super().__init__()
         if kernel_size < 1:
             raise ValueError(f"kernel_size must be >= 1, got {kernel_size}")
         self.kernel_size = kernel_size
-        self.conv = DepthwiseConv1d(channels, kernel_size)
+        self.conv = DepthwiseConv1d(channels, kernel_size, matched)
 
     def __call__(self, x: mx.array, cache: mx.array | None = None) -> tuple[mx.array, mx.array]:
         length, taps = x.shape[1], self.kernel_size

@@ -80,7 +80,8 @@ class NeuralMemory(nn.Module):
         head_dim = self.head_dim = dim // num_heads
         width = head_dim * num_heads
         self.to_qkv = nn.Linear(dim, 3 * width, bias=False)
-        self.conv = {n: CausalConv(width, config.conv_kernel) for n in "qkv"}
+        matched = config.qk_init == "matched"  # the torch NeuralMemory.init_weights says why
+        self.conv = {n: CausalConv(width, config.conv_kernel, matched) for n in "qkv"}
         self.omega_gates = config.omega_window if config.omega_window > 1 else 0
         self.to_gates = nn.Linear(dim, num_heads * (3 + self.omega_gates))
         self._init_gates()
@@ -99,6 +100,9 @@ class NeuralMemory(nn.Module):
         self.to_out = nn.Linear(width, dim, bias=False)
         for linear in (self.to_qkv, self.to_out_gate, self.to_out):
             normal_init(linear)
+        if matched:  # the query rows of to_qkv start as a copy of the key rows
+            rows = self.to_qkv.weight
+            self.to_qkv.weight = mx.concatenate([rows[width : 2 * width], rows[width:]], axis=0)
 
     def _init_gates(self) -> None:
         """Small weights and biases that give the configured untrained gates."""

@@ -33,3 +33,8 @@ class OmegaNet(LMM):
 @register("atlas++")
 class AtlasPlusPlus(LMM):
     """Atlas with the gated (SwiGLU) MLP memory."""
+
+
+@register("gdn")
+class GatedDeltaNet(LMM):
+    """The gated delta rule on the LMM layout (torch ``models/deltanet.py``)."""
