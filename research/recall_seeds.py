@@ -33,8 +33,11 @@ def seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
-def run_one(model: str, seed: int, steps: int, overrides: list[str], samples: int) -> dict:
-    with tempfile.TemporaryDirectory() as out:
+def run_one(
+    model: str, seed: int, steps: int, overrides: list[str], samples: int, keep: str | None
+) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        out = scratch if keep is None else f"{keep}/{model}-s{seed}"
         settings = {"model.name": model, "train.seed": seed, "train.steps": steps,
                     "train.out_dir": out, "train.progress": "false", "train.threads": 1,
                     "train.eval_every": 0, "train.checkpoint_every": 0}  # fmt: skip
@@ -42,8 +45,10 @@ def run_one(model: str, seed: int, steps: int, overrides: list[str], samples: in
             "recall", overrides=[f"{k}={v}" for k, v in settings.items()] + list(overrides)
         )
         start = time.time()
-        trainer = Trainer(config, force=True)
+        trainer = Trainer(config, force=True)  # a kept directory is this sweep's own
         result = trainer.run()
+        if result.stopped_by is not None:  # a signal cut the run short: record nothing
+            raise SystemExit(f"{model} seed {seed} stopped by {result.stopped_by}")
         length, window = config.train.seq_len, trainer.model.config.window
         args = config.data.task_args
         recall = recall_by_distance(
@@ -69,6 +74,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--tag", default="", help="a label stored in every row")
     parser.add_argument("--out", default="research/results/recall_seeds.jsonl")
+    parser.add_argument("--keep", help="keep each run directory under this folder")
     args = parser.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
@@ -82,7 +88,10 @@ def main() -> None:
         for seed in seeds(args.seeds):
             if (args.tag, model, seed, args.steps) in done:
                 continue
-            row = {"tag": args.tag, **run_one(model, seed, args.steps, args.set, args.samples)}
+            row = {
+                "tag": args.tag,
+                **run_one(model, seed, args.steps, args.set, args.samples, args.keep),
+            }
             print(json.dumps(row), flush=True)
             with out.open("a") as file:
                 file.write(json.dumps(row) + "\n")

@@ -6,8 +6,10 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 4 (written now) holds the architecture only, the memory's stability fields and
-``omega_gate_source`` included. 3 predates ``omega_gate_source``: its Omega gates were all
+Format versions: 5 (written now) holds the architecture only, the memory's stability fields,
+``omega_gate_source`` and the MAC options (``mac_memory_input``, ``mac_context_norm``)
+included. 4 predates the MAC options: read as the papers' MAC ("attention", no norm).
+3 predates ``omega_gate_source``: its Omega gates were all
 taken from the step's token, so it is read as "step". 2 predates the stability fields
 (``momentum_max``, ``decay_min``, ``max_grad_norm``, ``decay_target``); it is read with the
 values that reproduce the function it was trained as -- unbounded gates, no clip, decay toward
@@ -35,12 +37,12 @@ from .layers.memory_config import (
     MemoryConfig,
 )
 from .models.backbone import MODELS, LanguageModel, build_model
-from .models.config import ModelConfig
+from .models.config import MAC_FIELDS, ModelConfig
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -190,6 +192,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v2(config, path)
     if version in (1, 2, 3):
         config = _upgrade_v3(config, path)
+    if version in (1, 2, 3, 4):
+        config = _upgrade_v4(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -230,6 +234,14 @@ def _upgrade_v2(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: format 2 has no config.memory field(s) {present}")
     return {**config, "memory": {**config["memory"], **UNBOUNDED_GATES}}
+
+
+def _upgrade_v4(config: dict, path: Path) -> dict:
+    """Format 4 -> 5: the MAC options did not exist; every MAC was the papers' form."""
+    present = sorted(set(MAC_FIELDS) & set(config))
+    if present:
+        raise CheckpointError(f"{path}: formats 1-4 have no config field(s) {present}")
+    return {**MAC_FIELDS, **config}
 
 
 def _upgrade_v3(config: dict, path: Path) -> dict:

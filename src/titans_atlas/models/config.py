@@ -12,13 +12,16 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..layers.neural_memory import MemoryConfig
-from ..validation import check_bool, check_int, check_number
+from ..validation import check_bool, check_choice, check_int, check_number
 
 # Every embedding row costs dim floats; a vocabulary beyond this is a mistake, not a model.
 MAX_VOCAB_SIZE = 2**24
 # The attention cache is a ring of ``window`` slots per layer, allocated at the first call
 # whatever the input's length: a window of 10^9 asked for 128 GB before anything ran.
 MAX_WINDOW = 2**20
+MAC_MEMORY_INPUTS = ("attention", "input")
+# Fields added after checkpoint format 4, with the values every earlier file was built with.
+MAC_FIELDS = {"mac_memory_input": "attention", "mac_context_norm": False}
 # Fields that left the config, and where they went (named in the error for old code).
 MOVED_FIELDS = {
     "muon": 'update_rule ("momentum", "muon" or "muon_chunk")',
@@ -53,6 +56,12 @@ class ModelConfig:
     tie_embeddings: bool = True
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
+    # MAC only (docs/architectures.md, "MAC options"). What the memory writes and reads after
+    # attention: "attention" -- the attention output y (Titans eq. 24-25) -- or "input" --
+    # the block's input x, as MAG does. context_norm: RMS-normalise the retrieved tokens h
+    # before attention, so they enter it at the scale of the segment's normed tokens.
+    mac_memory_input: str = "attention"
+    mac_context_norm: bool = False
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
@@ -71,6 +80,8 @@ class ModelConfig:
         check_number("rope_base", self.rope_base, 1.0)
         check_number("norm_eps", self.norm_eps, 0.0, 1.0)
         check_bool("tie_embeddings", self.tie_embeddings)
+        check_choice("mac_memory_input", self.mac_memory_input, MAC_MEMORY_INPUTS)
+        check_bool("mac_context_norm", self.mac_context_norm)
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
         if int(self.ffn_expansion * self.dim) < 1:

@@ -49,6 +49,10 @@ class MACBlock(nn.Module):
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.memory_input = config.mac_memory_input
+        self.context_norm = (
+            nn.RMSNorm(config.dim, eps=config.norm_eps) if config.mac_context_norm else None
+        )
         self.attn = make_attention(config, VisibilityRule(segment=config.window))
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
@@ -56,6 +60,8 @@ class MACBlock(nn.Module):
     def init_weights(self, std: float, out_std: float) -> None:
         self.norm.reset_parameters()
         self.memory_norm.reset_parameters()
+        if self.context_norm is not None:
+            self.context_norm.reset_parameters()
         self.memory.init_weights(std, out_std)
         self.attn.init_weights(std, out_std)
         self.gate.init_weights()
@@ -94,8 +100,11 @@ class MACBlock(nn.Module):
         retrieved, retrieve_conv = self.memory.retrieve(
             h_in, state.segment_weights, state.retrieve_conv
         )
+        if self.context_norm is not None:
+            retrieved = self.context_norm(retrieved)
         y, attn = self.attn(h_in, state.attn, position, context=retrieved)
-        m, memory = self.memory(self.memory_norm(y), state.memory)
+        written = y if self.memory_input == "attention" else x
+        m, memory = self.memory(self.memory_norm(written), state.memory)
         state = MACState(memory, state.segment_weights, attn, retrieve_conv)
         return x + self.gate(y, m), state
 

@@ -67,7 +67,7 @@ def report(models: dict, config: RunConfig, run_dir: Path, samples: int = 100) -
 
 
 def _plot(results: dict, window: int, chance: float, path: Path) -> str:
-    """Draw recall.png; without matplotlib (the [eval] extra) say so instead."""
+    """Draw recall.png; without matplotlib (the [train] or [eval] extra) say so instead."""
     from ..eval.plots import curves
 
     series = {

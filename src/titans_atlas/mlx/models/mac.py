@@ -39,6 +39,9 @@ class MACBlock(nn.Module):
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
+        self.memory_input = config.mac_memory_input  # the torch MACBlock says why
+        if config.mac_context_norm:
+            self.context_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.attn = make_attention(config, VisibilityRule(segment=config.window))
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
@@ -62,8 +65,11 @@ class MACBlock(nn.Module):
         retrieved, retrieve_conv = self.memory.retrieve(
             h_in, state.segment_weights, state.retrieve_conv
         )
+        if "context_norm" in self:
+            retrieved = self.context_norm(retrieved)
         y, attn = self.attn(h_in, state.attn, position, context=retrieved)
-        m, memory = self.memory(self.memory_norm(y), state.memory)
+        written = y if self.memory_input == "attention" else x
+        m, memory = self.memory(self.memory_norm(written), state.memory)
         new_state = MACState(memory, state.segment_weights, retrieve_conv, attn)
         return x + self.gate(y, m), new_state
 
