@@ -1,5 +1,5 @@
 """GPU checks of distributed training, for a machine with CUDA (none was available when this
-was written): peak memory of real training steps against ``train.memory_estimate``, then the
+was written): peak memory of real training steps against ``memory_estimate.training``, then the
 ``gpu``-marked tests (single-GPU FSDP2; DDP / FSDP2 over NCCL when there are 2 GPUs). First it
 prints the rows of docs/training.md's memory table with the probes run on the GPU (the
 activation columns could not be measured on the 24 GB CPU machine past 170m).
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
+from titans_atlas.memory_estimate.training import estimate_memory, table_row
 from titans_atlas.models.backbone import model_config
 from titans_atlas.train import RunConfig, Trainer
 from titans_atlas.train.config import set_value
-from titans_atlas.train.memory_estimate import estimate_memory, table_row
 
 ROOT = Path(__file__).resolve().parents[1]
 

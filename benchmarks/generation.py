@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import titans_atlas as ta
 from _harness import machine_busy_cpu_s, set_threads, time_callable
-from titans_atlas.generate import Sampler, SamplingConfig, decode_one_token, prefill
+from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, prefill
 from titans_atlas.ops.state import map_tensors
 
 RESULTS = Path(__file__).parent / "results"

@@ -35,7 +35,7 @@ import titans_atlas as ta
 import titans_atlas.mlx as tam
 from _harness import set_threads, time_callable
 from titans_atlas import ops
-from titans_atlas.generate import Sampler, SamplingConfig, decode_one_token, prefill
+from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, prefill
 from titans_atlas.mlx import ops as mops
 
 ENGINES = {

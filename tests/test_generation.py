@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
-from titans_atlas.generate import (
+from titans_atlas.generation import (
     Sampler,
     SamplingConfig,
     apply_min_p,

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from titans_atlas import create_model
-from titans_atlas.checkpoint import CheckpointError, load_model
 from titans_atlas.cli import main
+from titans_atlas.io import CheckpointError, load_model
 
 QUIET = ["--set=train.threads=1", "--set=train.progress=false", "--set=train.sample_tokens=0"]
 TINY = ["--set=train.eval_tokens=256", "--set=train.batch_size=2", "--set=train.seq_len=32"]
@@ -160,7 +160,7 @@ def test_hub_lookups_say_they_are_using_the_network(monkeypatch, capsys):
         raise OSError("network is unreachable")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
-    from titans_atlas.tokenizer import load_tokenizer
+    from titans_atlas.tokenizers import load_tokenizer
 
     with pytest.raises(ValueError, match="no-such-org/no-such-tokenizer"):
         load_tokenizer("hf:no-such-org/no-such-tokenizer")

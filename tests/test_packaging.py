@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(titans_atlas.__file__).resolve().parent
 CORE = {"torch", "einops", "safetensors", "numpy"}
 # The modules behind the `titans` command and the everyday API.
-CORE_MODULES = ("titans_atlas", "titans_atlas.cli", "titans_atlas.generate", "titans_atlas.demo")
+CORE_MODULES = ("titans_atlas", "titans_atlas.cli", "titans_atlas.generation", "titans_atlas.demo")
 # What the source tree hands to a build: pyproject, the README it embeds, MANIFEST.in's list.
 BUILD_INPUTS = (
     "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "CHANGELOG.md", "CONTRIBUTING.md",

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from titans_atlas import create_model
-from titans_atlas.state_io import load_state, save_state, state_classes
+from titans_atlas.io.state import load_state, save_state, state_classes
 
 
 def _write(path, structure) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from titans_atlas.cli import main
 from titans_atlas.eval.perplexity import iter_text_blocks
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import DataConfig, load_corpus
 from titans_atlas.validation import read_text_file
 

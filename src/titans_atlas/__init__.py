@@ -5,7 +5,7 @@ model = ta.create_model("mac", vocab_size=256, dim=256, depth=4, window=128)
 logits, state = model(input_ids)            # [B, T] -> [B, T, V]; state carries everything
 """
 
-from .checkpoint import CheckpointError, load_model
+from .io import CheckpointError, load_model
 from .layers import MemoryConfig, NeuralMemory
 from .models import (
     SIZE_PRESETS,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import titans_atlas as ta
-from titans_atlas.generate import generate
+from titans_atlas.generation import generate
 
 # The repository's shared data folder, when run from the repository root; random bytes otherwise.
 SHAKESPEARE = Path("../shared/data/tinyshakespeare/input.txt")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 CONFIDENT = 10.0  # the logit of the copied token; all others are 0
 

@@ -11,9 +11,9 @@ from eval_data import BABI, BOOKS, one_book
 from helpers import BABI_STORY, write_babi_qa1
 from titans_atlas import create_model
 from titans_atlas.eval import EvalSettings, run_task
-from titans_atlas.eval.babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
 from titans_atlas.eval.babilong import answer, format_prompt, load_babilong
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tasks.babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
+from titans_atlas.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 NOISE = tuple(f"Sentence number {i} of the long and winding book text." for i in range(200))

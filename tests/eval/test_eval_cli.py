@@ -8,7 +8,7 @@ import pytest
 
 from titans_atlas import create_model
 from titans_atlas.cli import main
-from titans_atlas.eval.command import parse_length
+from titans_atlas.cli.eval import parse_length
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 
 from titans_atlas import create_model
 from titans_atlas.cli import main
-from titans_atlas.eval import memory as eval_memory
 from titans_atlas.eval import registry
 from titans_atlas.eval.registry import MAX_EVAL_LENGTH, EvalSettings, run_task
+from titans_atlas.memory_estimate import inference as eval_memory
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def test_a_huge_length_is_refused_at_once(checkpoint, tmp_path, capsys, length):
 
 
 def test_the_prompt_memory_is_checked_before_the_first_sample_is_built(checkpoint, monkeypatch):
-    from titans_atlas.checkpoint import load_model
-    from titans_atlas.tokenizer import load_tokenizer
+    from titans_atlas.io import load_model
+    from titans_atlas.tokenizers import load_tokenizer
 
     def never(*args, **kwargs):
         raise AssertionError("a sample was built before the memory check")

@@ -17,8 +17,8 @@ from lm_eval.tasks import TaskManager
 
 from titans_atlas import create_model
 from titans_atlas.eval.lm_harness import TitansLM
-from titans_atlas.generate import generate
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.generation import generate
+from titans_atlas.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 

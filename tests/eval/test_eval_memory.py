@@ -11,8 +11,8 @@ from titans_atlas.eval import (
     estimate_peak_memory,
     run_task,
 )
-from titans_atlas.eval.memory import available_memory, check_memory, state_bytes_at
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.memory_estimate.inference import available_memory, check_memory, state_bytes_at
+from titans_atlas.tokenizers import ByteTokenizer
 
 
 @pytest.mark.parametrize("name", ["lmm", "swa", "mac"])

@@ -16,7 +16,7 @@ from titans_atlas.eval.niah import (
     build_niah_sample,
     build_passkey_sample,
 )
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 pytest.importorskip("wonderwords")
 TOK = ByteTokenizer()

@@ -11,7 +11,7 @@ from eval_models import EosByteTokenizer
 from titans_atlas import create_model
 from titans_atlas.eval import EvalSettings, run_task, write_result
 from titans_atlas.eval.perplexity import iter_text_blocks, stream_perplexity
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 TEXT = "First line of text.\nSecond line, with more words!\n\n  indented line\nÜnïcödé ✓ end.\n" * 3
 

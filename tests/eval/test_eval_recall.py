@@ -20,7 +20,7 @@ from titans_atlas.eval import (
     write_result,
 )
 from titans_atlas.eval.mqar import IGNORE
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 

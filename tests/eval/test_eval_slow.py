@@ -9,7 +9,7 @@ from eval_data import SHAKESPEARE
 
 from titans_atlas import create_model
 from titans_atlas.eval.perplexity import stream_perplexity
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_memory_is_flat_over_64k_tokens(name):
 PROBE = """
 import resource, sys, torch
 import titans_atlas as ta
-from titans_atlas.eval.memory import estimate_peak_memory
+from titans_atlas.memory_estimate.inference import estimate_peak_memory
 name, length, piece = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 model = ta.create_model(name, dim=128, depth=2, num_heads=4, window=64, vocab_size=4096).eval()
 estimate = estimate_peak_memory(model, length, piece)

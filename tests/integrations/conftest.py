@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hf_helpers import train_on_sentence
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import titans_atlas as ta
-from titans_atlas.generate import generate
+from titans_atlas.generation import generate
 from titans_atlas.integrations.hf import (
     TitansAtlasCache,
     TitansAtlasConfig,

@@ -13,8 +13,8 @@ from transformers import pipeline
 
 import titans_atlas as ta
 from titans_atlas.cli import main
-from titans_atlas.generate import generate
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.generation import generate
+from titans_atlas.tokenizers import ByteTokenizer
 
 PROMPTS = ["the cat ", "on the", "mat. the cat sat"]
 

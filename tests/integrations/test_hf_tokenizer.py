@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from titans_atlas.integrations.hf import byte_level_tokenizer, export_hf, import_hf
 from titans_atlas.integrations.hf.tokenizer import to_hf_tokenizer
-from titans_atlas.tokenizer import ByteTokenizer, write_spec
+from titans_atlas.tokenizers import ByteTokenizer, write_spec
 
 TEXTS = [
     "hello world",

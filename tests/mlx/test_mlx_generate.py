@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import titans_atlas as ta
-import titans_atlas.generate as tg
+import titans_atlas.generation as tg
 import titans_atlas.mlx as tam
 from mlx_helpers import assert_close, to_mx, to_np
 from titans_atlas.mlx.generate import (

@@ -13,7 +13,7 @@ SRC = Path(titans_atlas.__file__).resolve().parents[1]
 
 def test_core_import_does_not_import_mlx():
     code = (
-        "import sys; import titans_atlas, titans_atlas.generate, titans_atlas.checkpoint, "
+        "import sys; import titans_atlas, titans_atlas.generation, titans_atlas.io, "
         "titans_atlas.cli; "
         "assert not any(m == 'mlx' or m.startswith(('mlx.', 'titans_atlas.mlx')) "
         "for m in sys.modules), sorted(m for m in sys.modules if 'mlx' in m)"

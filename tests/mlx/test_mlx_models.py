@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten
 import titans_atlas as ta
 import titans_atlas.mlx as tam
 from mlx_helpers import RTOL_F32, assert_close, to_mx
-from titans_atlas.checkpoint import CheckpointError
+from titans_atlas.io import CheckpointError
 
 VOCAB, WINDOW, CHUNK = 50, 4, 3
 TINY = {"vocab_size": VOCAB, "dim": 16, "depth": 2, "num_heads": 2, "window": WINDOW}

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import titans_atlas as ta
-from titans_atlas.generate import Sampler, SamplingConfig, decode_one_token, generate, prefill
+from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, generate, prefill
 from titans_atlas.ops.state import map_tensors
 
 VOCAB = 50

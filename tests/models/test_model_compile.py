@@ -17,7 +17,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounter
 
 import titans_atlas as ta
-from titans_atlas.generate import compiled_decode_step, generate
+from titans_atlas.generation import compiled_decode_step, generate
 
 WINDOW, CHUNK = 4, 3
 TINY = {"vocab_size": 50, "dim": 16, "depth": 1, "num_heads": 2, "window": WINDOW}

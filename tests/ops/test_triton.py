@@ -283,7 +283,7 @@ def test_core_import_does_not_import_triton():
     """The kernels are an extra: importing the library (and running a scan) leaves
     titans_atlas.ops.triton and triton itself unimported; impl="triton" imports them."""
     code = (
-        "import sys, torch; import titans_atlas as ta, titans_atlas.generate, titans_atlas.cli; "
+        "import sys, torch; import titans_atlas as ta, titans_atlas.generation, titans_atlas.cli; "
         "m = ta.MLPMemory(dim_in=4, dim_out=4); s = m.initial_state(m.init_weights(1), 1); "
         "x = torch.randn(1, 3, 1, 4); g = torch.rand(1, 3, 1); "
         "ta.memory_scan(m, x, x, x, g, g, g, s, chunk_size=2, impl='chunk'); "

@@ -27,11 +27,11 @@ import torch
 from safetensors.torch import load_file
 
 import titans_atlas as ta
-from titans_atlas.checkpoint import CheckpointError
+from titans_atlas.io import CheckpointError
+from titans_atlas.models.rows import concat_rows, reset_rows, take_rows
 from titans_atlas.train import build_config, train
-from titans_atlas.train.dist_checkpoint import consolidate
+from titans_atlas.train.checkpointing import consolidate
 from titans_atlas.train.distributed import BlockResets, Parallel, setup_parallel
-from titans_atlas.train.stream import concat_rows, reset_rows, take_rows
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available(), reason="torch built without torch.distributed"

@@ -8,7 +8,7 @@ from train_helpers import debug_config
 from helpers import BABI_STORY, write_babi_qa1
 from titans_atlas.eval.babilong import format_prompt
 from titans_atlas.eval.metrics import babilong_labels
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import Trainer, build_config, make_task
 from titans_atlas.train.pipeline import build_pipeline
 

@@ -5,8 +5,8 @@ state a real forward returns, and the saved activations of a full-depth forward.
 import pytest
 import torch
 
+from titans_atlas.memory_estimate.training import estimate_memory, probe, table_row
 from titans_atlas.models.backbone import build_model, model_config
-from titans_atlas.train.memory_estimate import estimate_memory, probe, table_row
 
 SMALL = {"depth": 3, "window": 16, "chunk_size": 16}
 

@@ -1,5 +1,5 @@
 """The recall task as training data, the recall-by-distance report that `titans train
---preset recall` prints beside its control, and (slow) the claim of docs/results.md in its
+--preset recall` prints beside its control, and (slow) the claim of research/LOG.md in its
 smallest form: after training, the memory recalls beyond the attention window and the SWA
 control does not."""
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from titans_atlas.cli import main
+from titans_atlas.cli.recall_report import control_config
 from titans_atlas.eval.distance import format_recall_table, recall_accuracy
 from titans_atlas.train import Trainer, build_config, make_task
 from titans_atlas.train.batches import TaskBatches
-from titans_atlas.train.recall_report import control_config
 
 TINY = [
     "model.dim=16",

@@ -74,7 +74,7 @@ def test_an_out_that_cannot_be_a_directory_is_one_clear_line(tmp_path, capsys, k
 
 
 def test_a_live_lock_refuses_a_second_training(tmp_path, capsys):
-    from titans_atlas.train.run_dir import RunLock
+    from titans_atlas.io.run_dir import RunLock
 
     run = tmp_path / "run"
     run.mkdir()
@@ -188,8 +188,8 @@ CASES = list(_pointer_cases(Path("/x")))
 @pytest.mark.parametrize("hostile_run", CASES, indirect=True)
 @pytest.mark.parametrize("which", ["latest", "best"])
 def test_pointers_that_leave_the_run_are_refused(hostile_run, which):
-    from titans_atlas.checkpoint import CheckpointError
     from titans_atlas.eval.loading import load_checkpoint
+    from titans_atlas.io import CheckpointError
     from titans_atlas.train import find_checkpoint, resolve_model_dir
 
     for call in (
@@ -220,8 +220,8 @@ def test_a_manifest_naming_files_outside_its_checkpoint_is_refused(earlier, tmp_
     import json
     import shutil
 
-    from titans_atlas.checkpoint import CheckpointError
-    from titans_atlas.train.checkpoint import verify_checkpoint
+    from titans_atlas.io import CheckpointError
+    from titans_atlas.io.training import verify_checkpoint
 
     step = tmp_path / "step"
     shutil.copytree(earlier / "checkpoints" / "step_00000001", step)
@@ -248,8 +248,8 @@ def test_a_trainer_state_with_nonsense_numbers_is_refused(earlier, tmp_path, cha
     import json
     import shutil
 
-    from titans_atlas.checkpoint import CheckpointError
-    from titans_atlas.train.checkpoint import verify_checkpoint
+    from titans_atlas.io import CheckpointError
+    from titans_atlas.io.training import verify_checkpoint
 
     step = tmp_path / "step_00000001"
     shutil.copytree(earlier / "checkpoints" / "step_00000001", step)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import DataConfig, load_corpus
 from titans_atlas.train.data import read_shards
 from titans_atlas.train.prepare import prepare

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import DataConfig, PackedBatches, StreamBatches, load_corpus
 from titans_atlas.train.batches import IGNORE, CorpusStreams, SequentialStreams
 from titans_atlas.train.data import Corpus, read_shards, tokenize_documents

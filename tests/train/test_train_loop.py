@@ -11,7 +11,7 @@ from train_helpers import debug_config
 
 import titans_atlas as ta
 from helpers import CountSyncs
-from titans_atlas.checkpoint import CheckpointError
+from titans_atlas.io import CheckpointError
 from titans_atlas.ops.checks import Faults
 from titans_atlas.train import NonFiniteError, Trainer, resolve_model_dir, train
 from titans_atlas.train import checkpoint as ckpt

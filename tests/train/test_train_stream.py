@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import titans_atlas as ta
-from titans_atlas.state_io import load_state, save_state
+from titans_atlas.io.state import load_state, save_state
+from titans_atlas.models.rows import check_stream_alignment
 from titans_atlas.train import replace_rows, reset_rows
-from titans_atlas.train.stream import check_stream_alignment
 
 SMALL = {"vocab_size": 64, "dim": 32, "depth": 2, "num_heads": 2, "window": 8, "chunk_size": 8}
 

@@ -8,10 +8,10 @@ Nothing here imports an optional dependency until a task needs it (matplotlib fo
 nltk for sentence splitting, wonderwords for needle keys, datasets for BABILong).
 """
 
+from ..memory_estimate.inference import MemoryBudgetError, MemoryEstimate, estimate_peak_memory
 from . import babilong, mqar, niah, perplexity, recall  # noqa: F401  (they register tasks)
 from .inference import Evaluator
 from .loading import LoadedCheckpoint, load_checkpoint, resolve_model_dir
-from .memory import MemoryBudgetError, MemoryEstimate, estimate_peak_memory
 from .metrics import babilong_compare_answers, ruler_string_match_all
 from .recall import (
     Batch,

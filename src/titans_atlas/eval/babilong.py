@@ -16,25 +16,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..tokenizer import Tokenizer, say_network
-from .babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
-from .extras import require
-from .haystack import book_sentences
+from ..extras import require
+from ..tasks.babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
+from ..tasks.babilong import ANSWER_PREFIX, TEMPLATE, format_prompt  # noqa: F401
+from ..tasks.haystack import book_sentences
+from ..tokenizers import Tokenizer, say_network
 from .inference import Evaluator
 from .metrics import babilong_compare_answers, babilong_labels
 from .plots import heatmap, length_label
 from .registry import EvalSettings, Task, mean_by, register_task, without_prompt
 
-TEMPLATE = "<context>\n{context}\n</context>\nQuestion: {question}"
-ANSWER_PREFIX = "\nAnswer:"
 COLUMNS = ("input", "question", "target")
 DEFAULT_LENGTHS = (0, 1024, 2048, 4096)
-
-
-def format_prompt(context: str, question: str) -> str:
-    """BABILong's DEFAULT_TEMPLATE with empty instruction / examples / post-prompt, stripped
-    as its ``get_formatted_input`` does, then our answer prefix."""
-    return TEMPLATE.format(context=context, question=question).strip() + ANSWER_PREFIX
 
 
 def config_name(length: int | str) -> str:

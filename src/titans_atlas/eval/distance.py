@@ -1,6 +1,6 @@
 """Recall accuracy against the distance to the answer, for a model in hand (no checkpoint
 folder, no JSON): what ``titans train --preset recall`` prints and the recall experiments
-tabulate (docs/results.md). The ``kv-recall`` task of ``titans eval`` measures the same on a
+tabulate (research/LOG.md). The ``kv-recall`` task of ``titans eval`` measures the same on a
 saved checkpoint.
 
 Distances are in tokens; the report divides them by the model's attention window.

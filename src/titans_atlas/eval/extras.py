@@ -1,26 +1,7 @@
-"""Optional dependencies of the evaluation, imported only when a task needs them.
-
-A missing one is an error that names what to install -- never a silent fallback to another
-splitter, word list or dataset.
-"""
+"""The evaluation's optional dependencies: ``titans_atlas.extras`` (their one home)."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from ..extras import MissingDependencyError, require
 
-
-class MissingDependencyError(ImportError):
-    """An optional package an evaluation needs is not installed."""
-
-
-def require(module: str, purpose: str, extra: str = "eval") -> ModuleType:
-    """Import ``module`` or raise MissingDependencyError naming the package and the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        package = module.split(".")[0]
-        raise MissingDependencyError(
-            f"{purpose} needs the '{package}' package: pip install 'titans-atlas[{extra}]' "
-            f"(or pip install {package})"
-        ) from err
+__all__ = ["MissingDependencyError", "require"]

@@ -17,7 +17,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .memory import MemoryEstimate, available_memory, check_memory, estimate_peak_memory
+from ..memory_estimate.inference import (
+    InferenceEstimate as MemoryEstimate,
+)
+from ..memory_estimate.inference import (
+    available_memory,
+    check_memory,
+    estimate_peak_memory,
+)
 
 DEFAULT_PIECE = 2048
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import WEIGHTS_FILE, load_model
+from ..extras import require
+from ..io import WEIGHTS_FILE, load_model
+from ..io.training import resolve_model_dir as resolve_trained
 from ..models.backbone import LanguageModel
-from ..tokenizer import Tokenizer, load_model_tokenizer
+from ..tokenizers import Tokenizer, load_model_tokenizer
 
 
 @dataclass
@@ -25,8 +27,6 @@ class LoadedCheckpoint:
 def resolve_model_dir(path: str | Path) -> Path:
     """The model directory (config.json + model.safetensors) that ``path`` names: a model
     directory, a training checkpoint, or a run directory (its latest checkpoint)."""
-    from ..train.checkpoint import resolve_model_dir as resolve_trained
-
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} is not a directory")
@@ -52,8 +52,6 @@ def load_checkpoint(
     if backend == "mlx":
         if str(device) != "cpu":
             raise ValueError(f"--backend mlx picks its own device; got --device {device}")
-        from .extras import require
-
         require("mlx.core", "--backend mlx", extra="mlx")
         from ..mlx.torch_bridge import load_for_torch
 

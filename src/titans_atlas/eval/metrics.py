@@ -12,15 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-# The answer sets of BABILong's metrics.py (qa1-qa4 locations; qa5 people and objects).
-_LOCATIONS = frozenset({"bathroom", "bedroom", "garden", "hallway", "kitchen", "office"})
-BABILONG_LABELS: dict[str, frozenset[str]] = {
-    "qa1": _LOCATIONS,
-    "qa2": _LOCATIONS,
-    "qa3": _LOCATIONS,
-    "qa4": _LOCATIONS,
-    "qa5": frozenset({"Bill", "Fred", "Jeff", "Mary", "apple", "football", "milk"}),
-}
+from ..tasks.babilong import BABILONG_LABELS, babilong_labels  # noqa: F401  (their home)
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f]")
 
@@ -60,12 +52,3 @@ def babilong_compare_answers(
     in_question = {label for label in labels if label in question.lower()}
     in_output = {label for label in labels if label in output} - in_question
     return in_output == {target.lower()}
-
-
-def babilong_labels(task: str) -> frozenset[str]:
-    """The answer labels of a BABILong task (qa1-qa5); ValueError for the others."""
-    if task not in BABILONG_LABELS:
-        raise ValueError(
-            f"task {task!r} has no label set; the BABILong metric defines {sorted(BABILONG_LABELS)}"
-        )
-    return BABILONG_LABELS[task]

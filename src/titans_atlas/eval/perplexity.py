@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..tokenizer import Tokenizer
+from ..tokenizers import Tokenizer
 from ..validation import not_text_error
 from .inference import DEFAULT_PIECE, Evaluator
 from .plots import curves

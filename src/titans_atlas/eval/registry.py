@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..tokenizer import Tokenizer
+from ..memory_estimate.inference import check_prompt_memory
+from ..tokenizers import Tokenizer
 from ..validation import check_int
 from .inference import DEFAULT_PIECE, Evaluator
-from .memory import check_prompt_memory
 
 SCORING_MODES = ("likelihood", "greedy")
 # The longest context an evaluation builds (16M tokens, above BABILong's 10M); a prompt is

@@ -10,9 +10,9 @@ Mirrors the torch package file for file: ``ops/`` (memory engine), ``layers/``, 
 ``generate.py``, ``checkpoint.py``; configs are the torch side's ``ModelConfig``.
 """
 
-from .checkpoint import load_model, save_model
 from .generate import Sampler, SamplingConfig, decode_one_token, generate, prefill
 from .models import LanguageModel, ModelState, create_model, list_models
+from .models.pretrained import load_model, save_model
 from .ops import GatedMLPMemory, LinearMemory, MemoryState, MLPMemory, memory_scan
 from .perplexity import perplexity, token_log_likelihoods
 

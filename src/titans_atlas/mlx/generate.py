@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..generate import SamplingConfig
+from ..generation.sampling import SamplingConfig
 from .models.backbone import LanguageModel, ModelState
 
 __all__ = [

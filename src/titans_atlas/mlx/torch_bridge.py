@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from mlx.utils import tree_flatten
 
-from .checkpoint import load_model
 from .models.backbone import LanguageModel, ModelState
+from .models.pretrained import load_model
 
 
 class TorchBridge:

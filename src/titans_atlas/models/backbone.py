@@ -1,5 +1,5 @@
-"""The Llama-style backbone every architecture shares, its explicit streaming state, and the
-model registry.
+"""The Llama-style backbone every architecture shares, and its explicit streaming state (the
+model registry is ``registry.py``, the saved-model format ``pretrained.py``).
 
 Axes: B batch, T tokens, D model width, V vocabulary.
 An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) -> (x, state)``
@@ -9,7 +9,6 @@ An architecture is a ``Block`` class -- ``forward(x [B, T, D], state, position) 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,16 @@ from torch import nn
 from ..layers.neural_memory import NeuralMemory
 from ..ops import validating
 from ..validation import check_bool, check_token_ids, compiling
-from .config import SIZE_PRESETS, ModelConfig
+from .config import ModelConfig
+from .pretrained import CheckpointError, load_model, save_model
+from .registry import (  # noqa: F401  (re-exported: the registry's old home)
+    MODELS,
+    build_model,
+    create_model,
+    list_models,
+    model_config,
+    register,
+)
 from .state import ModelState, check_state, state_fingerprint
 
 INIT_STD = 0.02
@@ -136,8 +144,6 @@ class LanguageModel(nn.Module):
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (no pickle) to ``directory``."""
-        from ..checkpoint import save_model
-
         save_model(self, directory)
 
     @classmethod
@@ -150,53 +156,9 @@ class LanguageModel(nn.Module):
         """Load a model written by ``save_pretrained`` (``titans_atlas.load_model``): on
         ``device``, in the saved dtype or ``dtype``. Called on a subclass, the checkpoint must
         hold that architecture."""
-        from ..checkpoint import CheckpointError, load_model
-
         model = load_model(directory, device=device, dtype=dtype)
         if not isinstance(model, cls):
             raise CheckpointError(
                 f"{directory} holds a {model.config.name!r} model, not a {cls.__name__}"
             )
         return model
-
-
-MODELS: dict[str, tuple[type[LanguageModel], dict[str, Any]]] = {}
-
-
-def register(name: str, **defaults: Any) -> Callable[[type[LanguageModel]], type[LanguageModel]]:
-    """Register an architecture under ``name`` with the config defaults that define it."""
-
-    def add(cls: type[LanguageModel]) -> type[LanguageModel]:
-        MODELS[name] = (cls, defaults)
-        return cls
-
-    return add
-
-
-def list_models() -> list[str]:
-    """Names accepted by ``create_model``."""
-    return list(MODELS)
-
-
-def model_config(name: str, preset: str | None = None, **overrides: Any) -> ModelConfig:
-    """The config ``create_model`` would build: architecture defaults, then the size preset,
-    then ``overrides``."""
-    if not isinstance(name, str) or name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; available: {list_models()}")
-    if preset is not None and (not isinstance(preset, str) or preset not in SIZE_PRESETS):
-        raise ValueError(f"unknown preset {preset!r}; available: {list(SIZE_PRESETS)}")
-    config = ModelConfig(name=name).with_overrides(**MODELS[name][1])
-    if preset is not None:
-        config = config.with_overrides(**SIZE_PRESETS[preset])
-    return config.with_overrides(**overrides)
-
-
-def create_model(name: str, preset: str | None = None, **overrides: Any) -> LanguageModel:
-    """Build a registered architecture, e.g. ``create_model("mac", dim=256, window=64)``."""
-    return build_model(model_config(name, preset, **overrides))
-
-
-def build_model(config: ModelConfig) -> LanguageModel:
-    if config.name not in MODELS:
-        raise ValueError(f"unknown model {config.name!r}; available: {list_models()}")
-    return MODELS[config.name][0](config)

@@ -4,21 +4,21 @@ long-stream), AdamW with parameter groups, the loop, and exact-resume checkpoint
     from titans_atlas.train import build_config, train
     result = train(build_config("debug", overrides=["train.steps=20"]))
 
-The ``titans train`` / ``titans prepare`` / ``titans consolidate`` commands (``train/cli.py``)
+The ``titans train`` / ``titans prepare`` / ``titans consolidate`` commands (``cli/train.py``)
 drive the same functions; under ``torchrun`` every rank runs them (``distributed.py``).
 Nothing here imports an extra at ``import titans_atlas`` time.
 """
 
-from .batches import IGNORE, Batch, PackedBatches, StreamBatches
-from .checkpoint import find_checkpoint, load_checkpoint, resolve_model_dir, save_checkpoint
+from ..io.training import find_checkpoint, load_checkpoint, resolve_model_dir, save_checkpoint
+from ..models.rows import replace_rows, reset_rows
+from ..tasks import IGNORE, TASKS, make_task
+from .batches import Batch, PackedBatches, StreamBatches
+from .checkpointing import consolidate
 from .config import DataConfig, ModelSpec, OptimConfig, RunConfig, TrainConfig, build_config
 from .data import Corpus, load_corpus
-from .dist_checkpoint import consolidate
 from .distributed import Parallel, setup_parallel
 from .loop import NonFiniteError, Trainer, TrainResult, train
 from .presets import RUN_PRESETS
-from .stream import replace_rows, reset_rows
-from .tasks import TASKS, make_task
 
 __all__ = [
     "IGNORE",

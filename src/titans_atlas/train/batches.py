@@ -12,7 +12,7 @@ global batch as one process).
   is carried from window to window) and, when it ends, pads the rest of its window (labels
   -100) and takes the next stream, flagged ``reset`` so the loop gives that row a fresh
   state. Windows therefore always start at a stream start or where the last one stopped.
-* ``TaskBatches``: draws of a synthetic task (``tasks.py``), each batch from a generator
+* ``TaskBatches``: draws of a synthetic task (``titans_atlas.tasks``), each batch from a generator
   seeded by (seed, batch index); in stream mode each row a stream of W task sequences.
 """
 
@@ -21,17 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ..tasks import IGNORE, Task
 from .data import Corpus
-
-if TYPE_CHECKING:  # tasks.py imports this module
-    from .tasks import Task
-
-IGNORE = -100  # label of an unscored position (torch's cross_entropy ignore_index)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..layers.memory_config import MemoryConfig
 from ..models.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ def suggest(key: str, valid: list[str]) -> str:
 
 
 def _model_fields() -> list[str]:
-    from ..layers.neural_memory import MemoryConfig
-
     return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
 
 

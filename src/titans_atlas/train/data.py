@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizer import SPEC_FILE, Tokenizer, load_tokenizer, say_network
+from ..tokenizers import SPEC_FILE, Tokenizer, load_tokenizer, say_network
 from ..validation import not_text_error, read_text_file
 from .config import DataConfig
 

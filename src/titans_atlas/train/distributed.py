@@ -35,9 +35,9 @@ import torch
 from torch import nn
 
 from ..models.backbone import LanguageModel, ModelState
+from ..models.rows import fresh_like, replace_rows, reset_rows
 from .config import TrainConfig
 from .runtime import memory_layers, pick_device
-from .stream import fresh_like, replace_rows, reset_rows
 
 SIGNAL_CODES = {None: 0, "SIGINT": 2, "SIGTERM": 15}
 

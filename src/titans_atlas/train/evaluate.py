@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ..models.backbone import LanguageModel
-from .batches import IGNORE
-from .stream import reset_rows
+from ..models.rows import reset_rows
+from ..tasks import IGNORE
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -20,16 +20,19 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import CheckpointError
-from ..models.backbone import build_model
-from ..ops import validating
-from .checkpoint import (
+from ..io import CheckpointError
+from ..io.run_dir import clear_earlier_run, fresh_run, lock_run_dir
+from ..io.sharded import load_training_state, save_sharded
+from ..io.training import (
     check_init_outside_run,
     find_checkpoint,
     load_initial_weights,
     save_checkpoint,
     verify_checkpoint,
 )
+from ..models.backbone import build_model
+from ..models.rows import check_stream_alignment, reset_rows
+from ..ops import validating
 from .config import RunConfig, resume_differences
 from .diagnostics import (
     NonFiniteError,
@@ -37,13 +40,11 @@ from .diagnostics import (
     eval_line,
     memory_stats,
 )
-from .dist_checkpoint import load_training_state, save_sharded
 from .distributed import Parallel, initial_weight_parameters, setup_parallel
 from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
 from .pipeline import build_pipeline
-from .run_dir import clear_earlier_run, fresh_run, lock_run_dir
 from .runtime import (
     GateStats,
     SignalFlag,
@@ -51,7 +52,6 @@ from .runtime import (
     enable_activation_checkpointing,
     pick_device,
 )
-from .stream import check_stream_alignment, reset_rows
 
 __all__ = ["NonFiniteError", "TrainResult", "Trainer", "train"]
 

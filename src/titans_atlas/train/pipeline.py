@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..tokenizer import IdTokenizer, Tokenizer, token_byte_lengths
+from ..tasks import make_task
+from ..tokenizers import IdTokenizer, Tokenizer, token_byte_lengths
 from .batches import (
     CorpusStreams,
     PackedBatches,
@@ -23,7 +24,6 @@ from .batches import (
 )
 from .config import RunConfig
 from .data import Corpus, hf_documents, load_corpus, resolve_tokenizer, token_dtype
-from .tasks import make_task
 
 
 @dataclass

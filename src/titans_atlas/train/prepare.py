@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizer import HF_FILE, SPEC_FILE, Tokenizer
+from ..tokenizers import HF_FILE, SPEC_FILE, Tokenizer
 from ..validation import check_int, check_writable_dir
 from .config import DataConfig
 from .data import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoint import CheckpointError, load_model
+from ...io import CheckpointError, load_model
 from ...models import LanguageModel
 from .config import MODEL_TYPE
 from .modeling import TitansAtlasForCausalLM

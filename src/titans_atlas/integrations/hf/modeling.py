@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ...checkpoint import CheckpointError
+from ...io import CheckpointError
 from ...models import LanguageModel, build_model
 from .cache import RowGroup, TitansAtlasCache, check_continuation_mask, padding_groups
 from .config import TitansAtlasConfig

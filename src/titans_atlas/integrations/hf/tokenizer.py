@@ -24,7 +24,7 @@ from tokenizers import Tokenizer as TokenizersModel
 from tokenizers import decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from ...tokenizer import ByteTokenizer, model_tokenizer_spec
+from ...tokenizers import ByteTokenizer, model_tokenizer_spec
 
 BYTE_PAD_ID = 0
 _PROBE = "Titans \x00 Ā é 世界 🎉\n\t<pad>"  # ASCII, NUL, U+0100 (the pad's character), multibyte

@@ -1,5 +1,5 @@
-"""The Llama-style backbone every MLX architecture shares, its explicit streaming state, and
-the MLX model registry (mirrors ``titans_atlas.models.backbone``).
+"""The Llama-style backbone every MLX architecture shares, and its explicit streaming state
+(mirrors ``titans_atlas.models.backbone``; the registry is ``registry.py``).
 
 Axes: B batch, T tokens, D model width, V vocabulary.
 Configs are the torch side's ``ModelConfig`` (same presets, same ``config.json``); an
@@ -8,7 +8,6 @@ architecture is a block class registered under the torch registry's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +15,18 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from ...models.backbone import model_config
 from ...models.config import ModelConfig
 from ..layers.basic import normal_init
 from ..layers.neural_memory import NeuralMemory
 from ..ops.state import arrays_of, map_arrays
+from .pretrained import save_model
+from .registry import (  # noqa: F401  (re-exported: the registry's old home)
+    MODELS,
+    build_model,
+    create_model,
+    list_models,
+    register,
+)
 
 IMPLS = ("auto", "chunk", "reference")
 
@@ -133,36 +139,4 @@ class LanguageModel(nn.Module):
 
     def save_pretrained(self, directory: str) -> None:
         """Write ``config.json`` and ``model.safetensors`` (torch-loadable) to ``directory``."""
-        from ..checkpoint import save_model
-
         save_model(self, directory)
-
-
-MODELS: dict[str, type[LanguageModel]] = {}
-
-
-def register(name: str) -> Callable[[type[LanguageModel]], type[LanguageModel]]:
-    """Register an MLX architecture under the torch registry's ``name``."""
-
-    def add(cls: type[LanguageModel]) -> type[LanguageModel]:
-        MODELS[name] = cls
-        return cls
-
-    return add
-
-
-def list_models() -> list[str]:
-    """Names accepted by ``create_model``."""
-    return list(MODELS)
-
-
-def build_model(config: ModelConfig) -> LanguageModel:
-    if config.name not in MODELS:
-        raise ValueError(f"unknown MLX model {config.name!r}; available: {list_models()}")
-    return MODELS[config.name](config)
-
-
-def create_model(name: str, preset: str | None = None, **overrides: Any) -> LanguageModel:
-    """Build a registered architecture from the torch side's defaults and presets, e.g.
-    ``create_model("mac", dim=256, window=64)``."""
-    return build_model(model_config(name, preset, **overrides))

@@ -1,7 +1,9 @@
 """The ``titans`` command (also ``python -m titans_atlas``): a thin argparse layer over the
-library. Each subcommand lives beside the code it drives, in a module with
+library. Each subcommand family is one module of this package -- ``cli/train.py`` (train,
+prepare, consolidate), ``cli/generate.py``, ``cli/export.py``, ``cli/eval.py`` -- with
 ``add_parser(subparsers)`` that registers it and sets ``func(args) -> int``; this file only
-lists those modules, so adding a subcommand is one line here.
+lists those modules, so adding a subcommand is one line here. The command modules sit above
+everything else (they may import train and eval both); nothing in the library imports them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from collections.abc import Sequence
 
 # Modules that register a subcommand, in the order `titans --help` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "titans_atlas.train.cli",
-    "titans_atlas.generate_cli",
-    "titans_atlas.integrations.export",
-    "titans_atlas.eval.command",
+    "titans_atlas.cli.train",
+    "titans_atlas.cli.generate",
+    "titans_atlas.cli.export",
+    "titans_atlas.cli.eval",
 )
 
 
