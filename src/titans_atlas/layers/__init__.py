@@ -2,6 +2,7 @@
 
 from .attention import Attention, KVCache, VisibilityRule
 from .basic import CausalConv, SwiGLU, apply_rotary, rotary, rotary_tables
+from .hooks import MemoryRead, MemoryWrite, register_memory_hook
 from .neural_memory import MemoryConfig, MemoryLayerState, NeuralMemory
 
 __all__ = [
@@ -10,10 +11,13 @@ __all__ = [
     "KVCache",
     "MemoryConfig",
     "MemoryLayerState",
+    "MemoryRead",
+    "MemoryWrite",
     "NeuralMemory",
     "SwiGLU",
     "VisibilityRule",
     "apply_rotary",
+    "register_memory_hook",
     "rotary",
     "rotary_tables",
 ]

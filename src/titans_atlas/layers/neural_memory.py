@@ -1,4 +1,4 @@
-"""The memory layer (spec/architectures.md, "The memory layer"; Titans 4.4, ATLAS 5).
+"""The memory layer (docs/architectures.md, "The memory layer"; Titans 4.4, ATLAS 5).
 
 Axes: B batch, T tokens, D model width, H heads, Dh head width, Dk key width after the
 feature map, c Omega window.
@@ -30,6 +30,7 @@ from ..ops import (
 )
 from ..validation import check_bool, check_choice
 from .basic import CausalConv
+from .hooks import MemoryRead, MemoryWrite, new_hook_table, run_hooks
 from .memory_config import MemoryConfig
 
 
@@ -58,6 +59,7 @@ class NeuralMemory(nn.Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.memory_hooks = new_hook_table()  # register_memory_hook (layers/hooks.py)
         self.config, self.num_heads = config, num_heads
         self.impl, self.checkpoint = "auto", False
         head_dim = self.head_dim = dim // num_heads
@@ -185,6 +187,12 @@ class NeuralMemory(nn.Module):
         # a bf16 v. The scan computes in the state's precision anyway; hand it one dtype.
         dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        if self.memory_hooks:
+            event = MemoryWrite(self, q, k, v, lr, momentum, decay, omega)
+            event = run_hooks(self.memory_hooks, event)
+            q, k, v, lr, momentum, decay, omega = (
+                event.q, event.k, event.v, event.lr, event.momentum, event.decay, event.omega
+            )  # fmt: skip
         config = self.config
         read, memory = memory_scan(
             self.memory,
@@ -219,7 +227,10 @@ class NeuralMemory(nn.Module):
         q, conv_cache = self._query_features(F.linear(x, self.to_qkv.weight[:width]), conv_cache)
         q = rearrange(q, "b t h d -> b h t d").to(next(iter(weights.values())).dtype)
         read = rearrange(self.memory.forward(weights, q), "b h t d -> b t h d")
-        return self.output(read, x), conv_cache
+        output = self.output(read, x)
+        if self.memory_hooks:
+            output = run_hooks(self.memory_hooks, MemoryRead(self, x, output)).output
+        return output, conv_cache
 
 
 @torch.no_grad()

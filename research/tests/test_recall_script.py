@@ -1,4 +1,4 @@
-"""experiments/recall_by_distance.py: a finished run is evaluated again without training
+"""research/experiments/recall_by_distance.py: a finished run is evaluated again without training
 (--evaluate-only), optionally with a lower decay floor (--test-decay-min)."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import recall_by_distance as script  # noqa: E402

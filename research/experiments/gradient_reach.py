@@ -1,12 +1,12 @@
 """How much of the answer loss's gradient reaches distant input tokens at initialisation
-(docs/results.md, section 1: why `mac` fails the recall task).
+(research/LOG.md, section 1: why `mac` fails the recall task).
 
 For each model, one batch of the recall preset's task at initialisation: the gradient norm of
 the loss with respect to each input embedding, summed over the tokens more than 16 positions
 before a row's first answer, divided by the sum over the 8 tokens before it. A model whose
 distant tokens get no gradient cannot learn to recall them.
 
-    python experiments/gradient_reach.py > docs/results/gradient_reach.txt
+    python research/experiments/gradient_reach.py > docs/results/gradient_reach.txt
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Language modelling past the training length (issue 10 items 1b and 3; docs/results.md).
+"""Language modelling past the training length (issue 10 items 1b and 3; research/LOG.md).
 
 Trains one model with the library's loop on tiny shakespeare (the ``quickstart`` preset's size:
 dim 128, 2 blocks, 64-token attention window, 128-token training windows; byte-level), then
@@ -7,11 +7,11 @@ state carried, and again with the state reset every 128 tokens (the training len
 per 1k-token block of both, so a memory that degrades past its training length shows as a
 carried curve that climbs above the reset one. One JSON line per run; ``--plot`` draws them.
 
-    python experiments/long_stream_lm.py --model lmm --seed 0     # the preset's decay toward init
-    python experiments/long_stream_lm.py --model lmm --seed 0 --set model.decay_target=zero
-    python experiments/long_stream_lm.py --plot
+    python research/experiments/long_stream_lm.py --model lmm --seed 0   # decay toward init
+    python research/experiments/long_stream_lm.py --model lmm --seed 0 --set model.decay_target=zero
+    python research/experiments/long_stream_lm.py --plot
 
-Needs ../shared/data/tinyshakespeare/input.txt (docs/results.md says where it comes from).
+Needs ../shared/data/tinyshakespeare/input.txt (research/LOG.md says where it comes from).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from _common import (  # experiments/ is on sys.path when run
     run_or_plot,
 )
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import Trainer, build_config
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data/tinyshakespeare/input.txt"
+DATA = Path(__file__).resolve().parents[2].parent / "shared/data/tinyshakespeare/input.txt"
 RESULTS = Path("docs/results/long_stream.jsonl")
 BLOCK, TRAIN_LENGTH, PIECE = 1024, 128, 512
 

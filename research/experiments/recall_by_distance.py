@@ -1,4 +1,4 @@
-"""Recall beyond the attention window (issue 10; docs/results.md).
+"""Recall beyond the attention window (issue 10; research/LOG.md).
 
 Trains one model with the library's own loop on the ``recall`` preset (key-value recall,
 ``kv_multi``: 4 pairs among noise, all queried at the end; an 8-token attention window,
@@ -8,10 +8,10 @@ length -- and at 2x-16x the training length, with the answer at the far end. One
 run is appended to ``--results``; ``--plot`` draws every line in the file into one figure and
 prints the markdown table.
 
-    python experiments/recall_by_distance.py --model lmm --seed 0
-    python experiments/recall_by_distance.py --model swa --seed 0
-    python experiments/recall_by_distance.py --plot
-    python experiments/recall_by_distance.py --model omeganet --seed 3 --evaluate-only \
+    python research/experiments/recall_by_distance.py --model lmm --seed 0
+    python research/experiments/recall_by_distance.py --model swa --seed 0
+    python research/experiments/recall_by_distance.py --plot
+    python research/experiments/recall_by_distance.py --model omeganet --seed 3 --evaluate-only \
         --test-decay-min 1e-4     # that run's checkpoint, evaluated with a lower decay floor
 
 A run trains into ``runs/recall/<model>-seed<seed>-<hash of the --set values and --steps>``

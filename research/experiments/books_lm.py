@@ -1,4 +1,4 @@
-"""Language modelling on books at equal parameters (issue 10 item 3; docs/results.md).
+"""Language modelling on books at equal parameters (issue 10 item 3; research/LOG.md).
 
 Trains one model with the library's loop on six of the public-domain books in
 ``../shared/data/gutenberg`` (every file but The Jungle Book; byte-level, 512-byte training
@@ -15,9 +15,10 @@ split -- three ways:
 The Transformer control attends to everything in its 512-byte window, so it is scored on
 ``reset`` and on positions up to 512 only. One JSON line per run; ``--plot`` draws them.
 
-    python experiments/books_lm.py --model lmm --seed 0
-    python experiments/books_lm.py --model lmm --seed 0 --evaluate-only --test-decay-min 1e-4
-    python experiments/books_lm.py --plot
+    python research/experiments/books_lm.py --model lmm --seed 0
+    python research/experiments/books_lm.py --model lmm --seed 0 --evaluate-only \
+        --test-decay-min 1e-4
+    python research/experiments/books_lm.py --plot
 
 ``--evaluate-only`` scores the finished run of the same options again instead of training it
 (here with the memory's decay floor lowered from the trained 1e-3).
@@ -44,10 +45,10 @@ from _common import (  # experiments/ is on sys.path when run
     short_override,
 )
 
-from titans_atlas.tokenizer import ByteTokenizer
+from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import Trainer, build_config
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared/data"
 TRAIN_GLOB = str(DATA / "gutenberg/[!j]*.txt")  # every book but jnglb10.txt (held out)
 EVAL_TEXTS = {"jungle_book": (DATA / "gutenberg/jnglb10.txt", None),
               "wikitext2_test": (DATA / "wikitext-2/test.txt", 262_144)}  # fmt: skip

@@ -1,5 +1,5 @@
 """How strongly each chunk writes into the memory, on chunks that hold a key-value pair and
-on chunks of noise (docs/results.md, section 1: why Muon fails past the training length).
+on chunks of noise (research/LOG.md, section 1: why Muon fails past the training length).
 
 Muon replaces the momentum S by NS5(S), which first divides S by its norm: the step
 theta NS5(S) has the same size whether the chunk's gradients were large or small, and only
@@ -31,7 +31,7 @@ does not step at all, though its gradients still enter the momentum, which is un
 Last, where the decay gates sit: the share of (token, head) decay gates in the first 128
 tokens below 2e-3 and below 2e-4 (twice a floor of 1e-3 and of 1e-4), and their median.
 
-    python experiments/write_probe.py \
+    python research/experiments/write_probe.py \
         runs/recall/omeganet-seed3-b6589fc6/checkpoints/step_00001500 \
         runs/recall/atlas-seed3-4b5a9c39/checkpoints/step_00001500
 """
@@ -39,6 +39,7 @@ tokens below 2e-3 and below 2e-4 (twice a floor of 1e-3 and of 1e-4), and their 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -48,7 +49,7 @@ from recall_by_distance import PAIRS, VOCAB
 
 from titans_atlas.eval.loading import load_checkpoint
 from titans_atlas.eval.recall import kv_recall_batch
-from titans_atlas.layers.neural_memory import NeuralMemory
+from titans_atlas.layers import MemoryWrite, NeuralMemory, register_memory_hook
 
 LONG, TRAIN = 2048, 128
 KEYS = ("write", "|S|", "theta", "alpha")
@@ -62,23 +63,24 @@ def momentum_norm(block_state) -> torch.Tensor:
 
 
 def instrument(model) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], dict]:
-    """Wrap each memory layer's gates: every call appends its theta and alpha ``[B, T, H]``
-    to the layer's list, and multiplies theta by ``scale["theta"]`` ``[B]`` when that is set
-    (the oracle below)."""
+    """Hook each memory layer's writes (``register_memory_hook``): every call appends its
+    theta and alpha ``[B, T, H]`` to the layer's list, and multiplies theta by
+    ``scale["theta"]`` ``[B]`` when that is set (the oracle below)."""
     seen, scale = [], {"theta": None}
     for layer in (m for m in model.modules() if isinstance(m, NeuralMemory)):
         calls: list[tuple[torch.Tensor, torch.Tensor]] = []
         seen.append(calls)
-        gates = layer._gates
 
-        def wrapped(x, gates=gates, calls=calls):
-            lr, *rest = gates(x)
+        def hook(event, calls=calls):
+            if not isinstance(event, MemoryWrite):
+                return None
+            lr = event.lr
             if scale["theta"] is not None:
                 lr = lr * scale["theta"][:, None, None]
-            calls.append((lr.detach(), rest[1].detach()))
-            return (lr, *rest)
+            calls.append((lr.detach(), event.decay.detach()))
+            return dataclasses.replace(event, lr=lr)
 
-        layer._gates = wrapped
+        register_memory_hook(layer, hook)
     return seen, scale
 
 

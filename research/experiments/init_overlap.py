@@ -1,4 +1,4 @@
-"""Does an added part change the initialisation of the rest? (docs/results.md, section 1:
+"""Does an added part change the initialisation of the rest? (research/LOG.md, section 1:
 "One seed is not a comparison").
 
 Builds the ``recall`` preset's model as ``titans train`` does (same seed) with and without each
@@ -8,7 +8,7 @@ gate projections -- shifts every draw after it, so "the same seed" then starts t
 parameters elsewhere, the embedding included, and a one-seed comparison compares two
 initialisations as much as two architectures.
 
-    python experiments/init_overlap.py > docs/results/init_overlap.txt
+    python research/experiments/init_overlap.py > docs/results/init_overlap.txt
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""experiments/books_lm.py: a finished run is scored again without training
+"""research/experiments/books_lm.py: a finished run is scored again without training
 (--evaluate-only), optionally with the memory's decay floor lowered (--test-decay-min)."""
 
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import books_lm as script  # noqa: E402

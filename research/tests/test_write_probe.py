@@ -1,12 +1,12 @@
-"""experiments/write_probe.py: the write of a chunk is its update without the decay's share,
-and the oracle's theta scale reaches the memory."""
+"""research/experiments/write_probe.py: the write of a chunk is its update without the
+decay's share, and the oracle's theta scale reaches the memory."""
 
 import sys
 from pathlib import Path
 
 import torch
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import write_probe as probe  # noqa: E402

@@ -1,4 +1,4 @@
-"""Why recall fails past the training length (docs/results.md, section 1): forgetting, or a
+"""Why recall fails past the training length (research/LOG.md, section 1): forgetting, or a
 long stream that leaves the memory where training never took it.
 
 For trained checkpoints of the recall preset (128-token training sequences), on the length
@@ -12,7 +12,7 @@ test's batches (``kv_recall_batch``: 4 pairs among noise, one asked at the end):
   over rows) at the start (the learned initial weights) and after 128 and 2,048 tokens, on
   the batch with the answer 64 back in 2,048 tokens.
 
-    python experiments/length_probe.py runs/recall/lmm-seed3-*/checkpoints/step_00001500 \
+    python research/experiments/length_probe.py runs/recall/lmm-seed3-*/checkpoints/step_00001500 \
         runs/recall/atlas-seed3-*/checkpoints/step_00001500
 """
 

@@ -8,9 +8,9 @@ nominal lengths 768 / 2,048 / 4,096 / 8,192 tokens: contexts of 468 / 1,748 / 3,
 bytes, 1.0x / 3.9x / 8.4x / 17.5x the fine-tuning rows' ~450-byte contexts. Scored by the
 benchmark's label ranking over the six locations (chance 16.7%). One JSON line per run.
 
-    python experiments/books_lm.py --model lmm          # the starting point
-    python experiments/babilong_finetune.py --model lmm
-    python experiments/babilong_finetune.py --plot
+    python research/experiments/books_lm.py --model lmm          # the starting point
+    python research/experiments/babilong_finetune.py --model lmm
+    python research/experiments/babilong_finetune.py --plot
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from books_lm import SIZES
 from titans_atlas.eval import EvalSettings, run_task
 from titans_atlas.train import Trainer, build_config
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared/data"
 RESULTS = Path("docs/results/babilong_qa1.jsonl")
 ROW, CONTEXT = 512, 450  # fine-tuning row (bytes) and its context, roughly
 LENGTHS = (768, 2048, 4096, 8192)  # the evaluation's nominal lengths: context = length - 300
@@ -62,7 +62,9 @@ def finetune_overrides(args: argparse.Namespace, start_from: Path, task_args: di
 def run(args: argparse.Namespace) -> dict:
     start_from = Path(f"runs/books_lm/{args.model}-seed{args.seed}")
     if not start_from.is_dir():
-        raise SystemExit(f"missing {start_from}: run experiments/books_lm.py --model {args.model}")
+        raise SystemExit(
+            f"missing {start_from}: run research/experiments/books_lm.py --model {args.model}"
+        )
     task_args = {"babi_dir": str(DATA / "babi"), "haystack_dir": str(DATA / "gutenberg")}
     overrides = finetune_overrides(args, start_from, task_args)
     start = time.time()

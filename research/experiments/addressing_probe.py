@@ -1,4 +1,4 @@
-"""Why some recall seeds stay stuck (docs/results.md, section 1): what a trained model's
+"""Why some recall seeds stay stuck (research/LOG.md, section 1): what a trained model's
 memory layers write, and whether a query finds its own pair.
 
 For trained checkpoints of the recall preset, one batch of its task (4 pairs among noise, the
@@ -19,8 +19,9 @@ For trained checkpoints of the recall preset, one batch of its task (4 pairs amo
   values occurred but not which key each belongs to answers the k-th query at about
   1 / (5 - k) (by elimination of the values already asked): 25 / 33 / 50 / 100%.
 
-    python experiments/recall_by_distance.py --model lmm --seed 1     # and --seed 3 ...
-    python experiments/addressing_probe.py runs/recall/lmm-seed1-*/checkpoints/step_00001500 \
+    python research/experiments/recall_by_distance.py --model lmm --seed 1     # and --seed 3 ...
+    python research/experiments/addressing_probe.py \
+        runs/recall/lmm-seed1-*/checkpoints/step_00001500 \
         runs/recall/lmm-seed3-*/checkpoints/step_00001500
 """
 
@@ -28,29 +29,35 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from unittest import mock
 
 import torch
 from recall_by_distance import PAIRS, VOCAB  # experiments/ is on sys.path when run
 
 from titans_atlas.eval.loading import load_checkpoint
-from titans_atlas.layers import neural_memory
-from titans_atlas.train.tasks import MultiQueryRecall
+from titans_atlas.layers import MemoryWrite, NeuralMemory, register_memory_hook
+from titans_atlas.tasks import MultiQueryRecall
 
 LENGTH, ROWS = 128, 256  # the recall preset's training length; rows in the probe batch
 
 
 def capture_writes(model, inputs: torch.Tensor) -> tuple[torch.Tensor, list[tuple]]:
     """The model's logits ``[B, T, V]`` and each memory layer's (q, k, write) from what it
-    hands ``memory_scan``: ``[B, T, H, Dk]``, ``[B, T, H, Dk]``, ``[B, T, H]``."""
-    seen, scan = [], neural_memory.memory_scan
+    hands ``memory_scan`` (``register_memory_hook``): ``[B, T, H, Dk]``, ``[B, T, H, Dk]``,
+    ``[B, T, H]``."""
+    seen = []
 
-    def recording(memory, q, k, v, lr, *args, **kwargs):
-        seen.append((q.detach(), k.detach(), write_weight(lr, kwargs.get("omega_gate"))))
-        return scan(memory, q, k, v, lr, *args, **kwargs)
+    def record(event):
+        if isinstance(event, MemoryWrite):
+            seen.append((event.q.detach(), event.k.detach(), write_weight(event.lr, event.omega)))
 
-    with mock.patch.object(neural_memory, "memory_scan", recording), torch.no_grad():
-        logits, _ = model(inputs)
+    layers = [m for m in model.modules() if isinstance(m, NeuralMemory)]
+    handles = [register_memory_hook(layer, record) for layer in layers]
+    try:
+        with torch.no_grad():
+            logits, _ = model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
     return logits, seen
 
 
@@ -86,7 +93,7 @@ def probe(path: Path, inputs: torch.Tensor, labels: torch.Tensor):
     is_value = inputs >= VOCAB // 2
     body = torch.arange(LENGTH) < asked_at[0]  # the stored part, before the tail
     pairs = list(pair_positions(inputs, labels))  # the same for every layer
-    memories = [m for m in model.modules() if isinstance(m, neural_memory.NeuralMemory)]
+    memories = [m for m in model.modules() if isinstance(m, NeuralMemory)]
     convs, rows = [], []
     for index, ((q, k, write), memory) in enumerate(zip(layers, memories, strict=True)):
         own, other = [], []
@@ -107,7 +114,7 @@ def probe(path: Path, inputs: torch.Tensor, labels: torch.Tensor):
     return f"{path}: accuracy of the end queries in order: {accuracy}%", convs, rows
 
 
-def conv_taps(memory: neural_memory.NeuralMemory) -> str:
+def conv_taps(memory: NeuralMemory) -> str:
     """RMS over channels of the layer's k and q convolution taps, lag 0 first."""
     taps = {}
     for name in "kq":

@@ -1,4 +1,4 @@
-"""Why MAC does not learn the recall task (docs/results.md, section 1): what its memory
+"""Why MAC does not learn the recall task (research/LOG.md, section 1): what its memory
 writes and what it reads, against the ``lmm``'s.
 
 For trained checkpoints of the recall preset (and, with ``--init NAME``, an untrained model
@@ -16,8 +16,8 @@ that position; for MAC also the retrieval h = M_{s-1}(q(x)) that enters the atte
 memory that binds pairs reads the answer far above chance; one that never receives the
 pairs shows the written value or key at chance too.
 
-    python experiments/recall_by_distance.py --model mac --seed 0
-    python experiments/mac_probe.py runs/recall/mac-seed0-*/checkpoints/step_00001500 \
+    python research/experiments/recall_by_distance.py --model mac --seed 0
+    python research/experiments/mac_probe.py runs/recall/mac-seed0-*/checkpoints/step_00001500 \
         runs/recall/lmm-seed3-*/checkpoints/step_00001500 --init mac
 """
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +33,7 @@ from recall_by_distance import PAIRS, VOCAB  # experiments/ is on sys.path when 
 from titans_atlas import create_model
 from titans_atlas.eval.loading import load_checkpoint
 from titans_atlas.eval.recall import kv_recall_batch
-from titans_atlas.layers import neural_memory
+from titans_atlas.layers import MemoryRead, MemoryWrite, NeuralMemory, register_memory_hook
 from titans_atlas.train import build_config
 
 LENGTH, DISTANCE, ROWS, FIT = 128, 64, 3000, 2000
@@ -43,36 +42,25 @@ LENGTH, DISTANCE, ROWS, FIT = 128, 64, 3000, 2000
 def capture(model, inputs: torch.Tensor) -> list[dict[str, torch.Tensor]]:
     """Per memory layer: k ``[B, T, H, D]`` and v ``[B, T, H*D]`` as handed to
     ``memory_scan`` (all of a layer's calls joined in time), its output at the last
-    position ``read`` and, for MAC, the retrieval there ``h`` ``[B, D]``."""
-    layers = [m for m in model.modules() if isinstance(m, neural_memory.NeuralMemory)]
+    position ``read`` and, for MAC, the retrieval there ``h`` ``[B, D]`` -- observed with
+    ``register_memory_hook`` and a forward hook."""
+    layers = [m for m in model.modules() if isinstance(m, NeuralMemory)]
     seen = {id(m): {"k": [], "v": []} for m in layers}
-    current, scan = [None], neural_memory.memory_scan
-    retrieve = neural_memory.NeuralMemory.retrieve
 
-    def recording(memory, q, k, v, *args, **kwargs):
-        seen[current[0]]["k"].append(k)
-        seen[current[0]]["v"].append(v.flatten(2))
-        return scan(memory, q, k, v, *args, **kwargs)
-
-    def retrieving(self, *args, **kwargs):  # MAC's read-only retrieval; other blocks have none
-        output = retrieve(self, *args, **kwargs)
-        seen[id(self)]["h"] = output[0][:, -1]
-        return output
-
-    def enter(module, args):
-        current[0] = id(module)
+    def record(event):
+        if isinstance(event, MemoryWrite):
+            seen[id(event.layer)]["k"].append(event.k)
+            seen[id(event.layer)]["v"].append(event.v.flatten(2))
+        elif isinstance(event, MemoryRead):  # MAC's read-only retrieval; others have none
+            seen[id(event.layer)]["h"] = event.output[:, -1]
 
     def leave(module, args, output):
         seen[id(module)]["read"] = output[0][:, -1]
 
-    hooks = [m.register_forward_pre_hook(enter) for m in layers]
+    hooks = [register_memory_hook(m, record) for m in layers]
     hooks += [m.register_forward_hook(leave) for m in layers]
     try:
-        with (
-            mock.patch.object(neural_memory, "memory_scan", recording),
-            mock.patch.object(neural_memory.NeuralMemory, "retrieve", retrieving),
-            torch.no_grad(),
-        ):
+        with torch.no_grad():
             model(inputs)
     finally:
         for hook in hooks:
