@@ -116,7 +116,7 @@ def test_model_config_builds_nested_memory_from_a_dict():
 
 @pytest.mark.parametrize("name", ["mac", "lmm", "atlas"])
 def test_memory_chunk_size_reaches_the_layers(name):
-    """The chunk size is part of the model's definition (spec/memory.md): same seed, different
+    """The chunk size is part of the model's definition (docs/memory.md): same seed, different
     chunk size -> different logits; same chunk size -> identical logits."""
     small = TINY | {"chunk_size": 1}
     reference = logits_of(seeded(name, **small))

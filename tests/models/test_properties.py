@@ -1,4 +1,4 @@
-"""The six properties every architecture must have (spec/architectures.md, "Properties").
+"""The six properties every architecture must have (docs/architectures.md, "Properties").
 
 Every test is parametrized over ``ta.list_models()``, so a newly registered architecture is
 covered without touching this file. Models are tiny (width 16, two blocks, two heads) and the
@@ -20,7 +20,7 @@ MODELS = ta.list_models()
 # Architectures without a memory, and what token 0 does to positions beyond 2 x window: SWA
 # cannot reach them; the Transformer (exempt from property 5) reaches them by full attention.
 MEMORYLESS = {"swa": "unreachable", "transformer": "reaches"}
-STREAM_TOLERANCE = 1e-4  # fp32, spec/architectures.md property 3
+STREAM_TOLERANCE = 1e-4  # fp32, docs/architectures.md property 3
 
 
 def tiny(name: str, **overrides) -> ta.LanguageModel:
