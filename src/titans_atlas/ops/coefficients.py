@@ -23,9 +23,9 @@ is masked to -inf *before* exp (masking after exp meets 0 * inf = NaN on underfl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from ..common.coefficients import ChunkGates, MomentumCoefficients, MuonCoefficients
 
 # Smallest gate value taken into log space. A gate of exactly 0 (eta = 0, or 1 - alpha = 0) is
 # evaluated at TINY with a straight-through gradient: exp(log TINY + rest) is 0 to ~1e-30 in
@@ -74,17 +74,6 @@ def _shift_rows(x: torch.Tensor, first: float, dim: int) -> torch.Tensor:
     return torch.cat([head, x.narrow(dim, 0, x.shape[dim] - 1)], dim=dim)
 
 
-@dataclass
-class ChunkGates:
-    """Gates laid out on the chunk grid; padding rows are identity steps."""
-
-    lr: torch.Tensor  # theta_s [B, H, N, C], 0 on padding
-    log_momentum: torch.Tensor  # log eta_s [B, H, N, C], 0 on padding
-    log_keep: torch.Tensor  # log(1 - alpha_s) [B, H, N, C], 0 on padding
-    valid: torch.Tensor  # bool [N, C], False on padding
-    band: torch.Tensor | None  # Gamma [B, H, N, C, U]; None = identity (c = 1)
-
-
 def _gate_products(gates: ChunkGates) -> tuple[torch.Tensor, ...]:
     """keep A[i, m] = prod_{r=m+1}^{i} (1 - alpha_r), zero on padding columns m;
     carry E[m, s] = prod_{r=s+1}^{m} eta_r; keep_from_start beta_i and carry_from_start e_i."""
@@ -104,23 +93,6 @@ def _anchor_from_start(gates: ChunkGates) -> torch.Tensor:
 def _apply_band(coef: torch.Tensor, band: torch.Tensor | None) -> torch.Tensor:
     """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
     return coef if band is None else coef @ band
-
-
-@dataclass
-class MomentumCoefficients:
-    """Rule "momentum": W_i = beta_i W0 + mu_i S0 - sum_u K[i, u] g_u, row i read by token i
-    (shifted one row down for read "before"); the chunk's end is row C - 1."""
-
-    read_keep: torch.Tensor  # beta_i [B, H, N, C]
-    read_momentum: torch.Tensor  # mu_i [B, H, N, C]
-    read_grad: torch.Tensor  # K[i, u] [B, H, N, C, U]
-    end_keep: torch.Tensor  # beta_{C-1} [B, H, N]
-    end_momentum: torch.Tensor  # mu_{C-1} [B, H, N]
-    end_grad: torch.Tensor  # K[C-1, u] [B, H, N, U]
-    momentum_carry: torch.Tensor  # e_{C-1} [B, H, N]: S_end = e_{C-1} S0 - sum_u kappa_u g_u
-    momentum_grad: torch.Tensor  # kappa_u [B, H, N, U]
-    read_anchor: torch.Tensor  # 1 - beta_i [B, H, N, C]: weight of the decay target A
-    end_anchor: torch.Tensor  # 1 - beta_{C-1} [B, H, N]
 
 
 def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
@@ -149,21 +121,6 @@ def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
         read_anchor=read_anchor,
         end_anchor=anchor[..., -1],
     )
-
-
-@dataclass
-class MuonCoefficients:
-    """Rules "muon" / "muon_chunk": S_m = e_m S0 + sum_u (E Gamma)[m, u] g_u for the M rows m
-    whose momentum is materialised, W_i = beta_i W0 - sum_m P[i, m] NS5(S_m)."""
-
-    rows_carry: torch.Tensor  # e_m [B, H, N, M]
-    rows_grad: torch.Tensor  # (E Gamma)[m, u] [B, H, N, M, U]
-    read_keep: torch.Tensor  # beta_i [B, H, N, C]
-    read_update: torch.Tensor  # P[i, m] [B, H, N, C, M]
-    end_keep: torch.Tensor  # beta_{C-1} [B, H, N]
-    end_update: torch.Tensor  # P[C-1, m] [B, H, N, M]
-    read_anchor: torch.Tensor  # 1 - beta_i [B, H, N, C]: weight of the decay target A
-    end_anchor: torch.Tensor  # 1 - beta_{C-1} [B, H, N]
 
 
 def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:

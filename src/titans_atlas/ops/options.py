@@ -1,98 +1,31 @@
-"""What a memory scan takes besides q, k, v and the state: its gates and its options, bundled.
+"""What a memory scan takes besides q, k, v and the state: ``MemoryGates`` and ``ScanOptions``
+with the allowed values of every option (``common/options.py``, shared with the MLX mirror),
+and the torch implementations a scan may dispatch to.
 
-Axes: B batch, T tokens, H heads, c Omega window. Symbols as in docs/memory.md ("Symbols").
-
-The allowed values of every option live here, once; ``layers/`` imports them from ``ops``.
-Both implementations (``memory_scan_reference``, ``memory_scan_chunk``) take the bundles with
-one signature: ``(memory, q, k, v, *, gates: MemoryGates, state, options: ScanOptions)``.
+``layers/`` imports them from ``ops``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from ..common.options import (
+    MUON_VALUES,
+    READ_MODES,
+    UPDATE_RULES,
+    MemoryGates,
+    ScanOptions,
+    update_rule_from_muon,
+)
 
-import torch
-
-from ..validation import check_choice, check_int, check_number
-
-# The update rules of the recurrence (docs/memory.md, sections 2 and 7).
-UPDATE_RULES = ("momentum", "muon", "muon_chunk")
-READ_MODES = ("after", "before")
 # "auto": the per-token loop for calls of at most max(1, C // 16) tokens, else the chunked form;
 # "triton": the fused GPU kernels (extra [triton]; docs/gpu.md), only when asked for.
 SCAN_IMPLS = ("auto", "chunk", "reference", "triton")
-# The older ``muon=`` spelling of the rule (still a keyword of ``memory_scan``).
-MUON_VALUES = (False, True, "token", "chunk")
-_RULE_OF_MUON = (("momentum", False), ("muon", True), ("muon", "token"), ("muon_chunk", "chunk"))
 
-
-def update_rule_from_muon(muon: Any) -> str:
-    """``muon=False`` -> "momentum", ``True`` or "token" -> "muon", "chunk" -> "muon_chunk"."""
-    check_choice("muon", muon, MUON_VALUES)
-    return next(rule for rule, value in _RULE_OF_MUON if value is muon or value == muon)
-
-
-@dataclass(frozen=True)
-class ScanOptions:
-    """How the recurrence runs (validated on construction; ValueError names the field).
-
-    Attributes:
-        chunk_size: C, tokens per gradient base point (C = 1: the fully sequential rule).
-        omega_window: c, ATLAS Omega window (c = 1: plain Titans).
-        update_rule: one of ``UPDATE_RULES``: "momentum" (Titans eqs. 13-14), "muon" (ATLAS
-            per-token Muon), "muon_chunk" (one NS5 step per chunk, a different model).
-        read: one of ``READ_MODES``: "after" (y_t = f(W_t, q_t)) or "before" (f(W_{t-1}, q_t)).
-        checkpoint: recompute each chunk in backward (the chunked form only).
-        max_grad_norm: g_max > 0, clip every token's inner gradient of every weight (every
-            Omega tap) to this Frobenius norm before the gates and momentum see it; None
-            (the default) runs the spec's unclipped recurrence (docs/memory.md, section 9).
-    """
-
-    chunk_size: int = 64
-    omega_window: int = 1
-    update_rule: str = "momentum"
-    read: str = "after"
-    checkpoint: bool = False
-    max_grad_norm: float | None = None
-
-    def __post_init__(self) -> None:
-        check_int("chunk_size", self.chunk_size, 1)
-        check_int("omega_window", self.omega_window, 1)
-        check_choice("update_rule", self.update_rule, UPDATE_RULES)
-        check_choice("read", self.read, READ_MODES)
-        check_choice("checkpoint", self.checkpoint, (False, True))
-        if self.max_grad_norm is not None:
-            check_number("max_grad_norm", self.max_grad_norm, 0.0)
-
-    @property
-    def uses_muon(self) -> bool:
-        return self.update_rule != "momentum"
-
-
-@dataclass(frozen=True)
-class MemoryGates:
-    """The per-token gates of the recurrence, as the layer computes them from the input.
-
-    Attributes:
-        lr: theta_t >= 0, the inner learning rate ``[B, T, H]``.
-        momentum: eta_t in [0, 1], the momentum gate ``[B, T, H]`` (not the momentum S_t).
-        decay: alpha_t in [0, 1], forgetting; the weights keep (1 - alpha_t) ``[B, T, H]``.
-        omega: gamma_{t,j} in [0, 1], the Omega gate of window tap j ``[B, T, H, c]``; None
-            means a window of one with gamma = 1.
-        decay_to: the weights A that alpha_t decays toward, name -> ``[B, H, d_in, d_out]``
-            (W_t = (1 - alpha_t) W_{t-1} + alpha_t A + ...; docs/memory.md, section 10);
-            None decays toward zero (the spec).
-    """
-
-    lr: torch.Tensor
-    momentum: torch.Tensor
-    decay: torch.Tensor
-    omega: torch.Tensor | None = None
-    decay_to: dict[str, torch.Tensor] | None = None
-
-    def to(self, dtype: torch.dtype) -> MemoryGates:
-        cast = lambda g: None if g is None else g.to(dtype)  # noqa: E731
-        target = None if self.decay_to is None else {n: cast(w) for n, w in self.decay_to.items()}
-        gates = (self.lr, self.momentum, self.decay, self.omega)
-        return MemoryGates(*(cast(g) for g in gates), decay_to=target)
+__all__ = [
+    "MUON_VALUES",
+    "READ_MODES",
+    "SCAN_IMPLS",
+    "UPDATE_RULES",
+    "MemoryGates",
+    "ScanOptions",
+    "update_rule_from_muon",
+]

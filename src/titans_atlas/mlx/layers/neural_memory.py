@@ -32,8 +32,6 @@ from ..ops import (
 from ..ops.memory_models import silu
 from .basic import CausalConv, normal_init
 
-# The update rules of MemoryConfig, as memory_scan's ``muon=`` values.
-UPDATE_RULES = {"momentum": False, "muon": "token", "muon_chunk": "chunk"}
 LEGACY_MUON = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -48,7 +46,7 @@ def scan_options(config: MemoryConfig) -> dict[str, Any]:
     return {
         "chunk_size": config.chunk_size,
         "omega_window": config.omega_window,
-        "muon": UPDATE_RULES[update_rule(config)],
+        "update_rule": update_rule(config),
         "read": config.read,
         "max_grad_norm": config.max_grad_norm,
     }

@@ -2,10 +2,11 @@
 docs/memory.md, section 3).
 
 Axes: B batch, H heads, N chunks, C chunk size, c Omega window, U = C + c - 1 key columns,
-M rows whose Muon momentum is materialised (C per-token, 1 per-chunk).
+M rows whose Muon momentum is materialised (C per-token, 1 per-chunk). The bundles
+(``ChunkGates``, ``MomentumCoefficients``, ``MuonCoefficients``) are ``common/coefficients.py``'s.
 
-    W_i = read_decay_i W0 + read_momentum_i S0 - sum_u read_grad_iu a_u^T b_u      (plain)
-    W_i = read_decay_i W0 - sum_m read_update_im NS5(S_m)                            (Muon)
+    W_i = read_keep_i W0 + read_momentum_i S0 - sum_u read_grad_iu a_u^T b_u   (momentum)
+    W_i = read_keep_i W0 - sum_m read_update_im NS5(S_m)                          (Muon)
 
 Products of gates are built in log space from segment sums; everything that must vanish is
 masked to -inf *before* exp.
@@ -13,9 +14,9 @@ masked to -inf *before* exp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import mlx.core as mx
+
+from ...common.coefficients import ChunkGates, MomentumCoefficients, MuonCoefficients
 
 # Smallest gate value taken into log space; a gate of exactly 0 gets a straight-through
 # gradient (see the torch module).
@@ -66,18 +67,7 @@ def _shift_rows(x: mx.array, first: float, axis: int) -> mx.array:
     return mx.concatenate([head, body], axis=axis)
 
 
-@dataclass
-class Gates:
-    """Gates laid out on the chunk grid; padding rows are identity steps."""
-
-    lr: mx.array  # theta [B, H, N, C], 0 on padding
-    log_momentum: mx.array  # log eta [B, H, N, C], 0 on padding
-    log_keep: mx.array  # log(1 - alpha) [B, H, N, C], 0 on padding
-    valid: mx.array  # bool [N, C], False on padding
-    band: mx.array | None  # Omega gates as a band [B, H, N, C, U]; None = identity (c = 1)
-
-
-def _decay_matrices(gates: Gates) -> tuple[mx.array, ...]:
+def _gate_products(gates: ChunkGates) -> tuple[mx.array, ...]:
     """keep: A [i, m] = prod_{r=m+1}^{i} (1 - alpha_r), zero on padding columns m;
     carry: E [m, s] = prod_{r=s+1}^{m} eta_r; and their from-the-chunk-start forms."""
     keep_log = mx.where(gates.valid[..., None, :], segment_sum(gates.log_keep), NEG_INF)
@@ -88,7 +78,7 @@ def _decay_matrices(gates: Gates) -> tuple[mx.array, ...]:
     return keep, carry, keep_from_start, carry_from_start
 
 
-def _anchor_from_start(gates: Gates) -> mx.array:
+def _anchor_from_start(gates: ChunkGates) -> mx.array:
     """1 - beta_i [.., C]: the weight of a decay target A in W_i (docs/memory.md, section 10),
     as -expm1(log beta_i) so a weak decay keeps its relative precision."""
     return -mx.expm1(mx.cumsum(gates.log_keep, axis=-1))
@@ -99,88 +89,62 @@ def _apply_band(coef: mx.array, band: mx.array | None) -> mx.array:
     return coef if band is None else coef @ band
 
 
-@dataclass
-class PlainCoefficients:
-    read_decay: mx.array  # [B, H, N, C]
-    read_momentum: mx.array  # [B, H, N, C]
-    read_grad: mx.array  # [B, H, N, C, U]
-    end_decay: mx.array  # [B, H, N]
-    end_momentum: mx.array  # [B, H, N]
-    end_grad: mx.array  # [B, H, N, U]
-    momentum_decay: mx.array  # [B, H, N]
-    momentum_grad: mx.array  # [B, H, N, U]
-    read_anchor: mx.array  # 1 - beta_i [B, H, N, C]
-    end_anchor: mx.array  # 1 - beta_{C-1} [B, H, N]
-
-
-def plain_coefficients(gates: Gates, read: str) -> PlainCoefficients:
+def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
     """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
-    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
     momentum_into_weights = (keep @ carry_from_start[..., None]).squeeze(-1)
     grad = _apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)  # [.., C, U]
     momentum_grad = _apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
-    read_decay, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
+    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
     anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
-        read_decay = _shift_rows(read_decay, 1.0, axis=-1)
+        read_keep = _shift_rows(read_keep, 1.0, axis=-1)
         read_momentum = _shift_rows(read_momentum, 0.0, axis=-1)
         read_grad = _shift_rows(read_grad, 0.0, axis=-2)
         read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
-    return PlainCoefficients(
-        read_decay=read_decay,
+    return MomentumCoefficients(
+        read_keep=read_keep,
         read_momentum=read_momentum,
         read_grad=read_grad,
-        end_decay=keep_from_start[..., -1],
+        end_keep=keep_from_start[..., -1],
         end_momentum=momentum_into_weights[..., -1],
         end_grad=grad[..., -1, :],
-        momentum_decay=carry_from_start[..., -1],
+        momentum_carry=carry_from_start[..., -1],
         momentum_grad=momentum_grad.squeeze(-2),
         read_anchor=read_anchor,
         end_anchor=anchor[..., -1],
     )
 
 
-@dataclass
-class MuonCoefficients:
-    rows_momentum: mx.array  # [B, H, N, M]: S_m = rows_momentum_m S0 + sum_u rows_grad_mu G_u
-    rows_grad: mx.array  # [B, H, N, M, U]
-    read_decay: mx.array  # [B, H, N, C]
-    read_update: mx.array  # [B, H, N, C, M]
-    end_decay: mx.array  # [B, H, N]
-    end_update: mx.array  # [B, H, N, M]
-    read_anchor: mx.array  # 1 - beta_i [B, H, N, C]
-    end_anchor: mx.array  # 1 - beta_{C-1} [B, H, N]
-
-
-def muon_coefficients(gates: Gates, read: str, per_chunk: bool) -> MuonCoefficients:
+def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
     """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
     ``per_chunk`` the NS5 step is taken only at the token that closes a chunk (row C - 1)."""
-    keep, carry, keep_from_start, carry_from_start = _decay_matrices(gates)
+    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
     # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
     # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
     carry = carry * gates.valid[..., None, :].astype(carry.dtype)  # E[m, s], padding s zeroed
     if per_chunk:
-        rows_momentum = carry_from_start[..., -1:]
+        rows_carry = carry_from_start[..., -1:]
         rows_grad = _apply_band(carry[..., -1:, :], gates.band)
         closes = gates.lr[..., -1] * gates.valid[..., -1]  # [B, H, N]
         update = mx.zeros((*gates.lr.shape[:-1], gates.lr.shape[-1] - 1, 1), dtype=closes.dtype)
         update = mx.concatenate([update, closes[..., None, None]], axis=-2)  # [B, H, N, C, 1]
     else:
-        rows_momentum = carry_from_start
+        rows_carry = carry_from_start
         rows_grad = _apply_band(carry, gates.band)
         update = keep * gates.lr[..., None, :]  # [.., C, C]
-    read_decay, read_update = keep_from_start, update
+    read_keep, read_update = keep_from_start, update
     anchor = read_anchor = _anchor_from_start(gates)
     if read == "before":
-        read_decay = _shift_rows(read_decay, 1.0, axis=-1)
+        read_keep = _shift_rows(read_keep, 1.0, axis=-1)
         read_update = _shift_rows(read_update, 0.0, axis=-2)
         read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
     return MuonCoefficients(
-        rows_momentum=rows_momentum,
+        rows_carry=rows_carry,
         rows_grad=rows_grad,
-        read_decay=read_decay,
+        read_keep=read_keep,
         read_update=read_update,
-        end_decay=keep_from_start[..., -1],
+        end_keep=keep_from_start[..., -1],
         end_update=update[..., -1, :],
         read_anchor=read_anchor,
         end_anchor=anchor[..., -1],

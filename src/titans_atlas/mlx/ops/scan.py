@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
+from ...common.options import READ_MODES, MemoryGates, ScanOptions, update_rule_from_muon
 from ...validation import check_int, check_number
 from .memory_models import MemoryModel
 from .scan_chunk import memory_scan_chunk
@@ -18,8 +19,6 @@ from .scan_reference import memory_scan_reference
 from .state import MemoryState
 
 IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk}
-READ_MODES = ("after", "before")
-MUON_MODES = {False: None, True: "token", "token": "token", "chunk": "chunk"}
 # As on the torch side: the per-token loop wins for calls of up to about C / 16 tokens.
 AUTO_TOKENS_PER_CHUNK = 16
 
@@ -41,6 +40,7 @@ def memory_scan(
     read: str = "after",
     impl: str = "auto",
     compiled: bool = True,
+    update_rule: str | None = None,
     max_grad_norm: float | None = None,
     decay_to: dict[str, mx.array] | None = None,
     validate: bool = True,
@@ -49,7 +49,9 @@ def memory_scan(
 
     The arguments are those of ``titans_atlas.ops.memory_scan`` (q, k ``[B, T, H, Dk]``, v
     ``[B, T, H, Dv]``, gates ``[B, T, H]``, Omega gate ``[B, T, H, c]``), as MLX arrays; the
-    torch-only ``checkpoint`` is absent and ``compiled`` chooses ``mx.compile``d steps.
+    torch-only ``checkpoint`` is absent and ``compiled`` chooses ``mx.compile``d steps. The
+    implementations take them bundled, as the torch ones: ``MemoryGates`` and ``ScanOptions``
+    (``common/options.py``).
     ``max_grad_norm`` (per-token inner-gradient clip) and ``decay_to`` (the decay target,
     ``[H, ...]`` or ``[B, H, ...]`` per weight) are those of the torch side (docs/memory.md,
     sections 9 and 10).
@@ -60,9 +62,13 @@ def memory_scan(
     _check_inputs(
         memory, q, k, v, lr, momentum, decay, state, chunk_size, omega_window, omega_gate, validate
     )
-    _check_modes(muon, read, impl)
+    _check_modes(read, impl)
+    if update_rule is None:
+        update_rule = update_rule_from_muon(muon)
+    elif muon is not False:
+        raise ValueError(f"give muon={muon!r} or update_rule={update_rule!r}, not both")
+    options = ScanOptions(chunk_size, omega_window, update_rule, read, False, max_grad_norm)
     _check_stability_options(memory, max_grad_norm, decay_to, q.shape[0], q.shape[2], validate)
-    muon_mode = MUON_MODES[muon]
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return mx.zeros((*q.shape[:3], v.shape[-1]), dtype=q.dtype), state
     if impl == "auto":
@@ -70,19 +76,17 @@ def memory_scan(
         impl = "reference" if short else "chunk"
     dtype = next(iter(state.weights.values())).dtype
     state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
-    inputs = [x.astype(dtype) for x in (q, k, v, lr, momentum, decay)]
-    gate = None if omega_gate is None else omega_gate.astype(dtype)
-    target = None
-    if decay_to is not None:  # per sample, in the compute dtype
+    if decay_to is not None:  # per sample
         batch = q.shape[0]
-        target = {
-            n: mx.broadcast_to(w, (batch, *w.shape[-3:])).astype(dtype) for n, w in decay_to.items()
-        }
+        decay_to = {n: mx.broadcast_to(w, (batch, *w.shape[-3:])) for n, w in decay_to.items()}
+    gates = MemoryGates(lr, momentum, decay, omega=omega_gate, decay_to=decay_to)
+    gates = gates.map(lambda g: g.astype(dtype))  # in the compute dtype
+    out_dtype = q.dtype
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
     y, new_state = IMPLS[impl](
-        memory, *inputs, state, chunk_size, omega_window, gate, muon_mode, read, compiled,
-        max_grad_norm=max_grad_norm, decay_to=target,
-    )  # fmt: skip
-    return y.astype(q.dtype), new_state
+        memory, q, k, v, gates=gates, state=state, options=options, compiled=compiled
+    )
+    return y.astype(out_dtype), new_state
 
 
 def _check_stability_options(memory, max_grad_norm, decay_to, batch, heads, values) -> None:
@@ -163,13 +167,11 @@ def _check_inputs(
     _check_state(memory, state, batch, heads, chunk_size, omega_window)
 
 
-def _check_modes(muon, read, impl) -> None:
+def _check_modes(read, impl) -> None:
     if read not in READ_MODES:
         raise ValueError(f"read must be one of {READ_MODES}, got {read!r}")
     if impl not in (*IMPLS, "auto"):
         raise ValueError(f"impl must be one of {(*IMPLS, 'auto')}, got {impl!r}")
-    if not any(muon is key or (isinstance(muon, str) and muon == key) for key in MUON_MODES):
-        raise ValueError(f"muon must be one of False, True, 'token', 'chunk', got {muon!r}")
 
 
 def _check_gate(name, gate, shape, low, high, values) -> None:

@@ -17,17 +17,19 @@ from dataclasses import fields
 
 import mlx.core as mx
 
+from ...common.options import MemoryGates, ScanOptions
 from .clipping import clip_factors
 from .coefficients import (
-    Gates,
+    ChunkGates,
+    momentum_coefficients,
     muon_coefficients,
     omega_band,
-    plain_coefficients,
     safe_log,
     safe_log1m,
 )
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5
+from .scan_reference import MUON_MODES
 from .state import MemoryState, last_tokens
 
 
@@ -63,8 +65,8 @@ def _key_windows(x: mx.array, halo: mx.array, left: int, right: int, size: int) 
     return cols[:, :, index]
 
 
-def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) -> Gates:
-    """Gates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
+def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) -> ChunkGates:
+    """ChunkGates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
 
     def rows(g: mx.array) -> mx.array:  # [B, T, H, ...] -> [B, H, N, C, ...]
         return _to_grid(mx.swapaxes(g, 1, 2), left, right, size)
@@ -78,7 +80,7 @@ def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) ->
         absolute = position + mx.arange(length)
         taps_exist = (absolute[:, None] - mx.arange(window)[None, :]) >= 0  # [T, c]
         band = omega_band(rows(omega_gate * taps_exist[:, None, :].astype(omega_gate.dtype)))
-    return Gates(
+    return ChunkGates(
         lr=rows(lr),
         log_momentum=rows(safe_log(momentum)),
         log_keep=rows(safe_log1m(decay)),
@@ -108,26 +110,26 @@ def _plain_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
         def linear(name: str, x: mx.array) -> mx.array:  # row i: x_i W_i, by eq. (4)
             a, b = factors[name]
             scores = (x @ _t(a)) * coef["read_grad"]  # [B, H, C, U]
-            out = (coef["read_decay"][..., None] * x) @ weights[name]
+            out = (coef["read_keep"][..., None] * x) @ weights[name]
             out = out + (coef["read_momentum"][..., None] * x) @ momentum[name]
             if anchor:  # + (1 - beta_i) x_i A (section 10)
                 out = out + (coef["read_anchor"][..., None] * x) @ anchor[name]
             return out - scores @ b
 
         y = memory.forward_with(linear, q)
-        # W' = end_decay W + end_momentum S - a^T (end_grad b);  S' = momentum_decay S - a^T (...)
+        # W' = end_keep W + end_momentum S - a^T (end_grad b);  S' = momentum_carry S - a^T (...)
         scalar = {
-            n: coef[n][..., None, None] for n in ("end_decay", "end_momentum", "momentum_decay")
+            n: coef[n][..., None, None] for n in ("end_keep", "end_momentum", "momentum_carry")
         }
         new_weights, new_momentum = {}, {}
         for name, (a, b) in factors.items():
             at = _t(a)  # [B, H, d_in, U]
             new_weights[name] = (
-                scalar["end_decay"] * weights[name]
+                scalar["end_keep"] * weights[name]
                 + scalar["end_momentum"] * momentum[name]
                 - at @ (coef["end_grad"][..., None] * b)
             )
-            new_momentum[name] = scalar["momentum_decay"] * momentum[name] - at @ (
+            new_momentum[name] = scalar["momentum_carry"] * momentum[name] - at @ (
                 coef["momentum_grad"][..., None] * b
             )
         return y, _with_anchor(new_weights, anchor, coef["end_anchor"]), new_momentum
@@ -149,7 +151,7 @@ def _muon_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
             # S_m = rows_momentum_m S0 + sum_u rows_grad_mu left_u^T right_u
             weighted = coef["rows_grad"][..., None] * left[:, :, None]  # [B, H, M, U, r]
             rows = _t(weighted) @ right[:, :, None]  # [B, H, M, r, cols]
-            rows = rows + coef["rows_momentum"][..., None, None] * start[:, :, None]
+            rows = rows + coef["rows_carry"][..., None, None] * start[:, :, None]
             orthogonal[name] = newton_schulz5(rows)  # wide: [B, H, M, m, n]
             last = rows[:, :, -1]
             new_momentum[name] = _t(last) if tall[name] else last
@@ -160,7 +162,7 @@ def _muon_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
             through = (x[:, :, None] @ (_t(wide) if tall[name] else wide)).swapaxes(2, 3)
             # row i: sum_m read_update_im x_i NS5(S_m), one (1 x M) @ (M x d_out) product per row
             update = (coef["read_update"][..., None, :] @ through)[..., 0, :]  # [B, H, C, d_out]
-            out = coef["read_decay"][..., None] * (x @ weights[name]) - update
+            out = coef["read_keep"][..., None] * (x @ weights[name]) - update
             if anchor:  # + (1 - beta_i) x_i A (section 10)
                 out = out + coef["read_anchor"][..., None] * (x @ anchor[name])
             return out
@@ -170,7 +172,7 @@ def _muon_step(memory: MemoryModel, max_grad_norm: float | None) -> Callable:
         for name in factors:
             step_ = (coef["end_update"][..., None, None] * orthogonal[name]).sum(axis=2)
             step_ = _t(step_) if tall[name] else step_
-            new_weights[name] = coef["end_decay"][..., None, None] * weights[name] - step_
+            new_weights[name] = coef["end_keep"][..., None, None] * weights[name] - step_
         return y, _with_anchor(new_weights, anchor, coef["end_anchor"]), new_momentum
 
     return step
@@ -202,21 +204,18 @@ def memory_scan_chunk(
     q: mx.array,
     k: mx.array,
     v: mx.array,
-    lr: mx.array,
-    momentum: mx.array,
-    decay: mx.array,
+    *,
+    gates: MemoryGates,
     state: MemoryState,
-    chunk_size: int,
-    omega_window: int,
-    omega_gate: mx.array | None,
-    muon: str | None,
-    read: str,
+    options: ScanOptions,
     compiled: bool = True,
-    max_grad_norm: float | None = None,
-    decay_to: dict[str, mx.array] | None = None,
 ) -> tuple[mx.array, MemoryState]:
     """Chunked dual form; same arguments and result as ``memory_scan_reference``
     (inputs already validated and in the compute dtype, ``decay_to`` ``[B, H, ...]``)."""
+    lr, momentum, decay, omega_gate = gates.lr, gates.momentum, gates.decay, gates.omega
+    chunk_size, omega_window, read = options.chunk_size, options.omega_window, options.read
+    muon, max_grad_norm = MUON_MODES[options.update_rule], options.max_grad_norm
+    decay_to = gates.decay_to
     length, size, window = q.shape[1], chunk_size, omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
@@ -226,7 +225,7 @@ def memory_scan_chunk(
 
     gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
     if muon is None:
-        coefs = plain_coefficients(gates, read)
+        coefs = momentum_coefficients(gates, read)
     else:
         coefs = muon_coefficients(gates, read, muon == "chunk")
     step = chunk_step(memory, muon, compiled, max_grad_norm)

@@ -12,10 +12,14 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
+from ...common.options import MemoryGates, ScanOptions
 from .clipping import clip_factors
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
 from .state import MemoryState, last_tokens
+
+# The update rule as the MLX steps name it: None (momentum), "token" or "chunk" (Muon).
+MUON_MODES = {"momentum": None, "muon": "token", "muon_chunk": "chunk"}
 
 
 def _token_step(
@@ -73,20 +77,17 @@ def memory_scan_reference(
     q: mx.array,
     k: mx.array,
     v: mx.array,
-    lr: mx.array,
-    momentum: mx.array,
-    decay: mx.array,
+    *,
+    gates: MemoryGates,
     state: MemoryState,
-    chunk_size: int,
-    omega_window: int,
-    omega_gate: mx.array | None,
-    muon: str | None,
-    read: str,
+    options: ScanOptions,
     compiled: bool = False,
-    max_grad_norm: float | None = None,
-    decay_to: dict[str, mx.array] | None = None,
 ) -> tuple[mx.array, MemoryState]:
     """Per-token loop; same arguments and result as ``memory_scan_chunk``."""
+    lr, momentum, decay, omega_gate = gates.lr, gates.momentum, gates.decay, gates.omega
+    chunk_size, omega_window, read = options.chunk_size, options.omega_window, options.read
+    muon, max_grad_norm = MUON_MODES[options.update_rule], options.max_grad_norm
+    decay_to = gates.decay_to
     length, size, window = q.shape[1], chunk_size, omega_window
     q, k, v = (mx.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, D]
     if omega_gate is None:
