@@ -140,3 +140,28 @@ class GatedMLPSpec(MemorySpec):
             "up": (self.dim_in, hidden),
             "down": (hidden, self.dim_out),
         }
+
+
+def build_memory(config: Any, key_dim: int, value_dim: int, classes: dict[str, type]) -> Any:
+    """The memory model a layer's ``MemoryConfig`` asks for, from one backend's ``classes``
+    (``"linear"`` / ``"mlp"`` / ``"gated_mlp"`` -> its model class), keys of ``key_dim`` and
+    values of ``value_dim``; ValueError for a residual memory whose widths differ."""
+    if config.residual and key_dim != value_dim:
+        raise ValueError(
+            f"residual memory needs key width == value width, got {key_dim} != {value_dim} "
+            "(a polynomial feature map widens keys: set feature_projection=True or residual=False)"
+        )
+    if config.model == "linear":
+        return classes["linear"](dim_in=key_dim, dim_out=value_dim)
+    if config.model == "mlp":
+        return classes["mlp"](
+            dim_in=key_dim,
+            dim_out=value_dim,
+            expansion=config.expansion,
+            depth=config.depth,
+            activation=config.activation,
+            residual=config.residual,
+        )
+    return classes["gated_mlp"](
+        dim_in=key_dim, dim_out=value_dim, expansion=config.expansion, residual=config.residual
+    )

@@ -9,20 +9,20 @@ nltk for sentence splitting, wonderwords for needle keys, datasets for BABILong)
 """
 
 from ..memory_estimate.inference import MemoryBudgetError, MemoryEstimate, estimate_peak_memory
-from . import babilong, mqar, niah, perplexity, recall  # noqa: F401  (they register tasks)
-from .inference import Evaluator
-from .loading import LoadedCheckpoint, load_checkpoint, resolve_model_dir
-from .metrics import babilong_compare_answers, ruler_string_match_all
-from .recall import (
+from ..tasks import (
     Batch,
     babilong_style_batch,
-    batch_accuracy,
     kv_recall_batch,
     mqar_batch,
     passkey_batch,
     prompt_answer_batch,
     sniah_batch,
 )
+from . import babilong, mqar, niah, perplexity, recall  # noqa: F401  (they register tasks)
+from .inference import Evaluator
+from .loading import LoadedCheckpoint, load_checkpoint, resolve_model_dir
+from .metrics import babilong_compare_answers, ruler_string_match_all
+from .recall import batch_accuracy
 from .registry import TASKS, EvalSettings, Task, get_task, list_tasks, register_task, run_task
 from .results import write_result
 

@@ -1,15 +1,6 @@
-"""Multi-query associative recall (MQAR; Arora et al. 2023, zoology's ``multiquery_ar``).
-
-Keys come from [1, V/2) and values from [V/2, V), drawn without replacement; the context is
-``k1 v1 k2 v2 ...``; each key comes back once as a query after the context, at a gap drawn
-with p(i) proportional to i^(a-1), a = 0.01 (queries cluster early); the label is the value
-that followed the key, -100 elsewhere; every other position holds a random token (zoology's
-``random_non_queries``). Constraints: L even, V > L, 4 * pairs <= L. Metric: accuracy of the
-argmax prediction over the labelled positions.
-
-Zoology draws with numpy's global RNG; here each batch has its own ``numpy.random.Generator``
-seeded by ``seed``, so the samples match zoology's distribution, not its exact draws.
-"""
+"""MQAR as an evaluation task (Arora et al. 2023, zoology's ``multiquery_ar``): the batches are
+``titans_atlas.tasks.mqar``'s (how they are drawn is said there); the metric is the accuracy of
+the argmax prediction over the labelled positions."""
 
 from __future__ import annotations
 

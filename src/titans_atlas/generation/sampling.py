@@ -1,44 +1,14 @@
-"""Sampling rules for generation, in HF transformers' order: repetition penalty,
-temperature, top-k, top-p, min-p (``SamplingConfig`` checks the settings; ``Sampler`` draws).
+"""Sampling for generation in torch: the logit filters and the ``Sampler`` that draws; the
+settings (``SamplingConfig``) and the order of the rules are ``common/sampling.py``'s.
 
 Axes: B batch, V vocabulary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ..validation import check_bool, check_int, check_number
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How the next token is chosen. ``greedy=True`` or ``temperature=0`` takes the argmax
-    (after the repetition penalty); ``None`` turns a filter off."""
-
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    repetition_penalty: float = 1.0
-    greedy: bool = False
-
-    def __post_init__(self) -> None:
-        check_number("temperature", self.temperature, 0.0, open_low=False)
-        if self.top_k is not None:
-            check_int("top_k", self.top_k, 1)
-        if self.top_p is not None:
-            check_number("top_p", self.top_p, 0.0, 1.0, open_high=False)
-        if self.min_p is not None:
-            check_number("min_p", self.min_p, 0.0, 1.0, open_low=False)
-        check_number("repetition_penalty", self.repetition_penalty, 0.0)
-        check_bool("greedy", self.greedy)
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.greedy or self.temperature == 0
+from ..common.sampling import LogitFilters, SamplingConfig, apply_sampling_rules
 
 
 def apply_repetition_penalty(
@@ -85,20 +55,7 @@ def process_logits(
 ) -> torch.Tensor:
     """Next-token logits ``[B, V]`` -> processed float32 logits ``[B, V]``: repetition penalty
     (needs ``seen``, bool ``[B, V]``), then temperature, top-k, top-p, min-p."""
-    logits = logits.float()
-    if seen is not None:
-        logits = apply_repetition_penalty(logits, seen, config.repetition_penalty)
-    if config.is_greedy:
-        return logits  # the filters below never remove the argmax
-    if config.temperature != 1.0:
-        logits = logits / config.temperature
-    if config.top_k is not None:
-        logits = apply_top_k(logits, config.top_k)
-    if config.top_p is not None:
-        logits = apply_top_p(logits, config.top_p)
-    if config.min_p is not None:
-        logits = apply_min_p(logits, config.min_p)
-    return logits
+    return apply_sampling_rules(logits.float(), config, seen, FILTERS)
 
 
 class Sampler:
@@ -133,3 +90,6 @@ class Sampler:
             tokens = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
         self.seen.scatter_(1, tokens[:, None], True)
         return tokens  # [B]
+
+
+FILTERS = LogitFilters(apply_repetition_penalty, apply_top_k, apply_top_p, apply_min_p)

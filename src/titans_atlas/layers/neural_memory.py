@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ..common.memory_models import build_memory
 from ..ops import (
     SCAN_IMPLS,
     GatedMLPMemory,
@@ -264,22 +265,5 @@ def gates_by_tap(
 
 
 def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
-    if config.residual and key_dim != value_dim:
-        raise ValueError(
-            f"residual memory needs key width == value width, got {key_dim} != {value_dim} "
-            "(a polynomial feature map widens keys: set feature_projection=True or residual=False)"
-        )
-    if config.model == "linear":
-        return LinearMemory(dim_in=key_dim, dim_out=value_dim)
-    if config.model == "mlp":
-        return MLPMemory(
-            dim_in=key_dim,
-            dim_out=value_dim,
-            expansion=config.expansion,
-            depth=config.depth,
-            activation=config.activation,
-            residual=config.residual,
-        )
-    return GatedMLPMemory(
-        dim_in=key_dim, dim_out=value_dim, expansion=config.expansion, residual=config.residual
-    )
+    classes = {"linear": LinearMemory, "mlp": MLPMemory, "gated_mlp": GatedMLPMemory}
+    return build_memory(config, key_dim, value_dim, classes)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..generation.sampling import SamplingConfig
+from ..common.sampling import LogitFilters, SamplingConfig, apply_sampling_rules
 from .models.backbone import LanguageModel, ModelState
 
 __all__ = [
@@ -71,24 +71,15 @@ def apply_min_p(logits: mx.array, min_p: float) -> mx.array:
     return mx.where(probs < threshold, NEG_INF, logits)
 
 
+FILTERS = LogitFilters(apply_repetition_penalty, apply_top_k, apply_top_p, apply_min_p)
+
+
 def process_logits(
     logits: mx.array, config: SamplingConfig, seen: mx.array | None = None
 ) -> mx.array:
-    """Next-token logits ``[B, V]`` -> processed float32 logits ``[B, V]``."""
-    logits = logits.astype(mx.float32)
-    if seen is not None:
-        logits = apply_repetition_penalty(logits, seen, config.repetition_penalty)
-    if config.is_greedy:
-        return logits  # the filters below never remove the argmax
-    if config.temperature != 1.0:
-        logits = logits / config.temperature
-    if config.top_k is not None:
-        logits = apply_top_k(logits, config.top_k)
-    if config.top_p is not None:
-        logits = apply_top_p(logits, config.top_p)
-    if config.min_p is not None:
-        logits = apply_min_p(logits, config.min_p)
-    return logits
+    """Next-token logits ``[B, V]`` -> processed float32 logits ``[B, V]`` (the rules and their
+    order: ``common/sampling.py``)."""
+    return apply_sampling_rules(logits.astype(mx.float32), config, seen, FILTERS)
 
 
 def _one_hot(tokens: mx.array, vocab_size: int) -> mx.array:
