@@ -9,6 +9,7 @@ momentum is materialised (C per-token, 1 per-chunk).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,3 +57,84 @@ class MuonCoefficients:
     end_update: Array  # P[C-1, m] [B, H, N, M]
     read_anchor: Array  # 1 - beta_i [B, H, N, C]: weight of the decay target A
     end_anchor: Array  # 1 - beta_{C-1} [B, H, N]
+
+
+@dataclass(frozen=True)
+class GateAlgebra:
+    """A backend's gate-only primitives; the coefficient formulas below are written once
+    against them (everything else they use is ``@``, ``*`` and indexing, alike in both)."""
+
+    gate_products: Callable[[ChunkGates], tuple[Array, Array, Array, Array]]  # A, E, beta, e
+    anchor_from_start: Callable[[ChunkGates], Array]  # 1 - beta_i [.., C]
+    shift_rows: Callable[[Array, float, int], Array]  # (x, first, axis): read "before"
+    mask_columns: Callable[[Array, Array], Array]  # (E [.., C, C], valid [N, C]): zero padding s
+    last_row: Callable[[Array, Array], Array]  # (closes [B, H, N], lr [B, H, N, C]) -> [.., C, 1]
+
+
+def apply_band(coef: Array, band: Array | None) -> Array:
+    """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
+    return coef if band is None else coef @ band
+
+
+def momentum_coefficients(ops: GateAlgebra, gates: ChunkGates, read: str) -> MomentumCoefficients:
+    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
+    keep, carry, keep_from_start, carry_from_start = ops.gate_products(gates)
+    momentum_into_weights = (keep @ carry_from_start[..., None])[..., 0]  # mu [.., C]
+    # K = A E diag(theta) Gamma [.., C, U]; kappa = E[C-1] diag(theta) Gamma [.., U]
+    grad_into_weights = apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)
+    grad_into_momentum = apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
+    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad_into_weights
+    anchor = read_anchor = ops.anchor_from_start(gates)
+    if read == "before":
+        read_keep = ops.shift_rows(read_keep, 1.0, -1)
+        read_momentum = ops.shift_rows(read_momentum, 0.0, -1)
+        read_grad = ops.shift_rows(read_grad, 0.0, -2)
+        read_anchor = ops.shift_rows(read_anchor, 0.0, -1)
+    return MomentumCoefficients(
+        read_keep=read_keep,
+        read_momentum=read_momentum,
+        read_grad=read_grad,
+        end_keep=keep_from_start[..., -1],
+        end_momentum=momentum_into_weights[..., -1],
+        end_grad=grad_into_weights[..., -1, :],
+        momentum_carry=carry_from_start[..., -1],
+        momentum_grad=grad_into_momentum[..., 0, :],
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
+    )
+
+
+def muon_coefficients(
+    ops: GateAlgebra, gates: ChunkGates, read: str, per_chunk: bool
+) -> MuonCoefficients:
+    """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
+    ``per_chunk`` (rule "muon_chunk") the NS5 step is taken only at the token that closes a
+    chunk (row C - 1): M = 1 and P[i, 0] = [i = C - 1] theta_{C-1}."""
+    keep, carry, keep_from_start, carry_from_start = ops.gate_products(gates)
+    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
+    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
+    carry = ops.mask_columns(carry, gates.valid)  # E[m, s], padding columns s zeroed
+    if per_chunk:
+        rows_carry = carry_from_start[..., -1:]
+        rows_grad = apply_band(carry[..., -1:, :], gates.band)
+        update = ops.last_row(gates.lr[..., -1] * gates.valid[..., -1], gates.lr)  # [.., C, 1]
+    else:
+        rows_carry = carry_from_start
+        rows_grad = apply_band(carry, gates.band)
+        update = keep * gates.lr[..., None, :]  # P = A diag(theta) [.., C, C]
+    read_keep, read_update = keep_from_start, update
+    anchor = read_anchor = ops.anchor_from_start(gates)
+    if read == "before":
+        read_keep = ops.shift_rows(read_keep, 1.0, -1)
+        read_update = ops.shift_rows(read_update, 0.0, -2)
+        read_anchor = ops.shift_rows(read_anchor, 0.0, -1)
+    return MuonCoefficients(
+        rows_carry=rows_carry,
+        rows_grad=rows_grad,
+        read_keep=read_keep,
+        read_update=read_update,
+        end_keep=keep_from_start[..., -1],
+        end_update=update[..., -1, :],
+        read_anchor=read_anchor,
+        end_anchor=anchor[..., -1],
+    )

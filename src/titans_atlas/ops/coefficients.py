@@ -25,7 +25,13 @@ from __future__ import annotations
 
 import torch
 
-from ..common.coefficients import ChunkGates, MomentumCoefficients, MuonCoefficients
+from ..common import coefficients
+from ..common.coefficients import (
+    ChunkGates,
+    GateAlgebra,
+    MomentumCoefficients,
+    MuonCoefficients,
+)
 
 # Smallest gate value taken into log space. A gate of exactly 0 (eta = 0, or 1 - alpha = 0) is
 # evaluated at TINY with a straight-through gradient: exp(log TINY + rest) is 0 to ~1e-30 in
@@ -90,70 +96,29 @@ def _anchor_from_start(gates: ChunkGates) -> torch.Tensor:
     return -torch.expm1(gates.log_keep.cumsum(-1))
 
 
-def _apply_band(coef: torch.Tensor, band: torch.Tensor | None) -> torch.Tensor:
-    """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
-    return coef if band is None else coef @ band
+def _mask_columns(carry: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return carry * valid[..., None, :].to(carry.dtype)
+
+
+def _last_row(closes: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+    """``[B, H, N, C, 1]``: zeros, ``closes [B, H, N]`` in row C - 1."""
+    update = torch.zeros_like(lr).unsqueeze(-1)
+    return torch.cat([update[..., :-1, :], closes[..., None, None]], dim=-2)
+
+
+ALGEBRA = GateAlgebra(
+    _gate_products, _anchor_from_start, lambda x, first, axis: _shift_rows(x, first, dim=axis),
+    _mask_columns, _last_row,
+)  # fmt: skip
 
 
 def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
-    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
-    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
-    momentum_into_weights = (keep @ carry_from_start.unsqueeze(-1)).squeeze(-1)  # mu [.., C]
-    # K = A E diag(theta) Gamma [.., C, U]; kappa = E[C-1] diag(theta) Gamma [.., U]
-    grad_into_weights = _apply_band((keep @ carry) * gates.lr.unsqueeze(-2), gates.band)
-    grad_into_momentum = _apply_band(carry[..., -1:, :] * gates.lr.unsqueeze(-2), gates.band)
-    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad_into_weights
-    anchor = read_anchor = _anchor_from_start(gates)
-    if read == "before":
-        read_keep = _shift_rows(read_keep, 1.0, dim=-1)
-        read_momentum = _shift_rows(read_momentum, 0.0, dim=-1)
-        read_grad = _shift_rows(read_grad, 0.0, dim=-2)
-        read_anchor = _shift_rows(read_anchor, 0.0, dim=-1)
-    return MomentumCoefficients(
-        read_keep=read_keep,
-        read_momentum=read_momentum,
-        read_grad=read_grad,
-        end_keep=keep_from_start[..., -1],
-        end_momentum=momentum_into_weights[..., -1],
-        end_grad=grad_into_weights[..., -1, :],
-        momentum_carry=carry_from_start[..., -1],
-        momentum_grad=grad_into_momentum.squeeze(-2),
-        read_anchor=read_anchor,
-        end_anchor=anchor[..., -1],
-    )
+    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t
+    (the formulas: ``common/coefficients.py``)."""
+    return coefficients.momentum_coefficients(ALGEBRA, gates, read)
 
 
 def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
-    """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
-    ``per_chunk`` (rule "muon_chunk") the NS5 step is taken only at the token that closes a
-    chunk (row C - 1): M = 1 and P[i, 0] = [i = C - 1] theta_{C-1}."""
-    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
-    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
-    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
-    carry = carry * gates.valid[..., None, :].to(carry.dtype)  # E[m, s], padding columns s zeroed
-    if per_chunk:
-        rows_carry = carry_from_start[..., -1:]
-        rows_grad = _apply_band(carry[..., -1:, :], gates.band)
-        closes = gates.lr[..., -1] * gates.valid[..., -1]  # [B, H, N]
-        update = torch.zeros_like(gates.lr).unsqueeze(-1)  # [B, H, N, C, 1]
-        update = torch.cat([update[..., :-1, :], closes[..., None, None]], dim=-2)
-    else:
-        rows_carry = carry_from_start
-        rows_grad = _apply_band(carry, gates.band)
-        update = keep * gates.lr.unsqueeze(-2)  # P = A diag(theta) [.., C, C]
-    read_keep, read_update = keep_from_start, update
-    anchor = read_anchor = _anchor_from_start(gates)
-    if read == "before":
-        read_keep = _shift_rows(read_keep, 1.0, dim=-1)
-        read_update = _shift_rows(read_update, 0.0, dim=-2)
-        read_anchor = _shift_rows(read_anchor, 0.0, dim=-1)
-    return MuonCoefficients(
-        rows_carry=rows_carry,
-        rows_grad=rows_grad,
-        read_keep=read_keep,
-        read_update=read_update,
-        end_keep=keep_from_start[..., -1],
-        end_update=update[..., -1, :],
-        read_anchor=read_anchor,
-        end_anchor=anchor[..., -1],
-    )
+    """Muon, per token or (``per_chunk``, rule "muon_chunk") per chunk (the formulas:
+    ``common/coefficients.py``)."""
+    return coefficients.muon_coefficients(ALGEBRA, gates, read, per_chunk)

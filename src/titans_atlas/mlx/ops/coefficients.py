@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ...common.coefficients import ChunkGates, MomentumCoefficients, MuonCoefficients
+from ...common import coefficients
+from ...common.coefficients import (
+    ChunkGates,
+    GateAlgebra,
+    MomentumCoefficients,
+    MuonCoefficients,
+)
 
 # Smallest gate value taken into log space; a gate of exactly 0 gets a straight-through
 # gradient (see the torch module).
@@ -84,68 +90,26 @@ def _anchor_from_start(gates: ChunkGates) -> mx.array:
     return -mx.expm1(mx.cumsum(gates.log_keep, axis=-1))
 
 
-def _apply_band(coef: mx.array, band: mx.array | None) -> mx.array:
-    """Fold the Omega window in: per-token gradient weights [.., s] -> per key column [.., u]."""
-    return coef if band is None else coef @ band
+def _mask_columns(carry: mx.array, valid: mx.array) -> mx.array:
+    return carry * valid[..., None, :].astype(carry.dtype)
+
+
+def _last_row(closes: mx.array, lr: mx.array) -> mx.array:
+    """``[B, H, N, C, 1]``: zeros, ``closes [B, H, N]`` in row C - 1."""
+    update = mx.zeros((*lr.shape[:-1], lr.shape[-1] - 1, 1), dtype=closes.dtype)
+    return mx.concatenate([update, closes[..., None, None]], axis=-2)
+
+
+ALGEBRA = GateAlgebra(_gate_products, _anchor_from_start, _shift_rows, _mask_columns, _last_row)
 
 
 def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
-    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
-    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
-    momentum_into_weights = (keep @ carry_from_start[..., None]).squeeze(-1)
-    grad = _apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)  # [.., C, U]
-    momentum_grad = _apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
-    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad
-    anchor = read_anchor = _anchor_from_start(gates)
-    if read == "before":
-        read_keep = _shift_rows(read_keep, 1.0, axis=-1)
-        read_momentum = _shift_rows(read_momentum, 0.0, axis=-1)
-        read_grad = _shift_rows(read_grad, 0.0, axis=-2)
-        read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
-    return MomentumCoefficients(
-        read_keep=read_keep,
-        read_momentum=read_momentum,
-        read_grad=read_grad,
-        end_keep=keep_from_start[..., -1],
-        end_momentum=momentum_into_weights[..., -1],
-        end_grad=grad[..., -1, :],
-        momentum_carry=carry_from_start[..., -1],
-        momentum_grad=momentum_grad.squeeze(-2),
-        read_anchor=read_anchor,
-        end_anchor=anchor[..., -1],
-    )
+    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t
+    (the formulas: ``common/coefficients.py``)."""
+    return coefficients.momentum_coefficients(ALGEBRA, gates, read)
 
 
 def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
-    """Muon: S_t = eta_t S_{t-1} + G_t, W_t = (1 - alpha_t) W_{t-1} - theta_t NS5(S_t); with
-    ``per_chunk`` the NS5 step is taken only at the token that closes a chunk (row C - 1)."""
-    keep, carry, keep_from_start, carry_from_start = _gate_products(gates)
-    # Muon's momentum takes every gradient unscaled (no theta): a padding token's must be
-    # masked here, since a memory with f(W, 0) != 0 has a non-zero gradient at its zero key.
-    carry = carry * gates.valid[..., None, :].astype(carry.dtype)  # E[m, s], padding s zeroed
-    if per_chunk:
-        rows_carry = carry_from_start[..., -1:]
-        rows_grad = _apply_band(carry[..., -1:, :], gates.band)
-        closes = gates.lr[..., -1] * gates.valid[..., -1]  # [B, H, N]
-        update = mx.zeros((*gates.lr.shape[:-1], gates.lr.shape[-1] - 1, 1), dtype=closes.dtype)
-        update = mx.concatenate([update, closes[..., None, None]], axis=-2)  # [B, H, N, C, 1]
-    else:
-        rows_carry = carry_from_start
-        rows_grad = _apply_band(carry, gates.band)
-        update = keep * gates.lr[..., None, :]  # [.., C, C]
-    read_keep, read_update = keep_from_start, update
-    anchor = read_anchor = _anchor_from_start(gates)
-    if read == "before":
-        read_keep = _shift_rows(read_keep, 1.0, axis=-1)
-        read_update = _shift_rows(read_update, 0.0, axis=-2)
-        read_anchor = _shift_rows(read_anchor, 0.0, axis=-1)
-    return MuonCoefficients(
-        rows_carry=rows_carry,
-        rows_grad=rows_grad,
-        read_keep=read_keep,
-        read_update=read_update,
-        end_keep=keep_from_start[..., -1],
-        end_update=update[..., -1, :],
-        read_anchor=read_anchor,
-        end_anchor=anchor[..., -1],
-    )
+    """Muon, per token or (``per_chunk``, rule "muon_chunk") per chunk (the formulas:
+    ``common/coefficients.py``)."""
+    return coefficients.muon_coefficients(ALGEBRA, gates, read, per_chunk)
