@@ -3,8 +3,9 @@
 Every import of a ``titans_atlas`` module counts, at module level or inside a function (an
 import put in a function to dodge a cycle is still a cycle), and so does the parent package
 an import runs first (``import titans_atlas.eval.recall`` executes ``eval/__init__.py``).
-Imports under ``if TYPE_CHECKING:`` never run and do not count; third-party imports (the
-optional dependencies a function imports on use) are not package modules.
+Imports under ``if TYPE_CHECKING:`` count too: a cycle of types is still two modules that
+each need the other. Third-party imports (the optional dependencies a function imports on
+use) are not package modules.
 """
 
 from __future__ import annotations
@@ -20,14 +21,6 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return skip
-
-
 def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
     """module -> {imported package module: line of the first such import}."""
     files = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
@@ -35,12 +28,9 @@ def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
     graph: dict[str, dict[str, int]] = {m: {} for m in files}
     for module, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_nodes(tree)
         here = module if module in packages else module.rpartition(".")[0]
         ancestors = {module.rsplit(".", i)[0] for i in range(module.count(".") + 1)}
         for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -138,7 +128,7 @@ def test_the_cycle_finder_sees_function_level_and_parent_package_imports(tmp_pat
     )
     graph = import_graph(root)
     assert graph["titans_atlas.b"] == {"titans_atlas.a.x": 2, "titans_atlas.a": 2}
-    assert graph["titans_atlas.c"] == {}
+    assert graph["titans_atlas.c"] == {"titans_atlas.b": 3}
     assert cycles(graph) == [
         ["titans_atlas.a", "titans_atlas.a.x", "titans_atlas.a.y", "titans_atlas.b"]
     ]

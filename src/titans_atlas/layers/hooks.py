@@ -24,20 +24,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 import torch
+from torch import nn
 from torch.utils.hooks import RemovableHandle
-
-if TYPE_CHECKING:
-    from .neural_memory import NeuralMemory
 
 
 @dataclass(frozen=True)
 class MemoryWrite:
     """One call's inputs to ``memory_scan`` (shapes in the module docstring)."""
 
-    layer: NeuralMemory
+    layer: nn.Module  # the NeuralMemory
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -51,7 +49,7 @@ class MemoryWrite:
 class MemoryRead:
     """One read-only retrieval: its input ``x`` and ``output`` ``[B, T, D]``."""
 
-    layer: NeuralMemory
+    layer: nn.Module  # the NeuralMemory
     x: torch.Tensor
     output: torch.Tensor
 
@@ -60,7 +58,7 @@ MemoryEvent = Union[MemoryWrite, MemoryRead]  # noqa: UP007  (a runtime alias)
 MemoryHook = Callable[[MemoryEvent], Union[MemoryEvent, None]]  # noqa: UP007
 
 
-def register_memory_hook(layer: NeuralMemory, fn: MemoryHook) -> RemovableHandle:
+def register_memory_hook(layer: nn.Module, fn: MemoryHook) -> RemovableHandle:
     """Call ``fn(event)`` on every write and read-only retrieval of ``layer`` (see the
     module docstring); returns a handle whose ``remove()`` detaches it."""
     hooks = layer.memory_hooks

@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save_model as save_safetensors
+from torch import nn
 
 from ..layers.memory_config import (
     INIT_ONLY_FIELDS,
@@ -38,9 +39,6 @@ from ..layers.memory_config import (
 )
 from .config import MAC_FIELDS, ModelConfig
 from .registry import MODELS, build_model
-
-if TYPE_CHECKING:
-    from .backbone import LanguageModel
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
@@ -53,7 +51,7 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded (missing or corrupt file, unknown model)."""
 
 
-def save_model(model: LanguageModel, directory: str | Path) -> None:
+def save_model(model: nn.Module, directory: str | Path) -> None:
     """Write ``model``'s config and weights into ``directory`` (created if needed). Refuses a
     model whose weights could not be loaded back (not finite, or on the meta device)."""
     if not (isinstance(model, torch.nn.Module) and hasattr(model, "tie_weights")):
@@ -71,7 +69,7 @@ def load_model(
     directory: str | Path,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
-) -> LanguageModel:
+) -> nn.Module:
     """Rebuild a model saved by ``save_pretrained`` on ``device`` (``"meta"`` gives shapes
     only), in the saved dtypes or cast to floating ``dtype``; raises CheckpointError on a bad
     directory and ValueError on a bad argument."""
@@ -123,7 +121,7 @@ def _check_tensors(tensors: dict[str, torch.Tensor], where: str, error: type) ->
             raise error(f"{where}: tensor {name!r} holds NaN or inf")
 
 
-def _complete_state_dict(model: LanguageModel, tensors: dict, path: Path) -> dict:
+def _complete_state_dict(model: nn.Module, tensors: dict, path: Path) -> dict:
     """The file's tensors under every name the model uses: tied parameters are stored once
     under one of their names. Raises CheckpointError naming missing and unexpected tensors."""
     aliases: dict[int, list[str]] = {}

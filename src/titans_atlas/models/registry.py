@@ -7,15 +7,11 @@ imported; ``build_model(config)`` builds one from a ``ModelConfig``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
 from .config import SIZE_PRESETS, ModelConfig
-
-if TYPE_CHECKING:
-    from .backbone import LanguageModel
-
 
 MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {}
 
@@ -48,12 +44,12 @@ def model_config(name: str, preset: str | None = None, **overrides: Any) -> Mode
     return config.with_overrides(**overrides)
 
 
-def create_model(name: str, preset: str | None = None, **overrides: Any) -> LanguageModel:
+def create_model(name: str, preset: str | None = None, **overrides: Any) -> nn.Module:
     """Build a registered architecture, e.g. ``create_model("mac", dim=256, window=64)``."""
     return build_model(model_config(name, preset, **overrides))
 
 
-def build_model(config: ModelConfig) -> LanguageModel:
+def build_model(config: ModelConfig) -> nn.Module:
     if config.name not in MODELS:
         raise ValueError(f"unknown model {config.name!r}; available: {list_models()}")
     return MODELS[config.name][0](config)

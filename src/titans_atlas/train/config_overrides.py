@@ -8,13 +8,12 @@ import difflib
 import json
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..layers.memory_config import MemoryConfig
 from ..models.config import ModelConfig
 
-if TYPE_CHECKING:
-    from .config import RunConfig
+Config = TypeVar("Config")  # a RunConfig: a dataclass of section dataclasses
 
 
 def suggest(key: str, valid: list[str]) -> str:
@@ -27,7 +26,7 @@ def _model_fields() -> list[str]:
     return sorted({f.name for f in fields(ModelConfig)} | {f.name for f in fields(MemoryConfig)})
 
 
-def set_value(config: RunConfig, key: str, value: Any, *, text: bool = True) -> RunConfig:
+def set_value(config: Config, key: str, value: Any, *, text: bool = True) -> Config:
     """A copy of ``config`` with ``section.field`` (or ``model.<ModelConfig field>``, or
     ``data.task_args.<argument>``: one argument, the others kept) set. ``text``: a string
     value is command-line text, read as JSON (``"4"`` -> 4); a config file's values are
@@ -91,7 +90,7 @@ def _coerce(kind: str, value: Any, key: str, text: bool = True) -> Any:
     return float(value) if base == "float" else value
 
 
-def apply_nested(config: RunConfig, data: dict[str, Any]) -> RunConfig:
+def apply_nested(config: Config, data: dict[str, Any]) -> Config:
     """Apply a nested dict (a config file, or ``to_dict()`` output) field by field."""
     if not isinstance(data, dict):
         raise ValueError(f"a run config must be a table of sections, got {type(data).__name__}")

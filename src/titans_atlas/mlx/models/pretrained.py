@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ...models.config import ModelConfig
@@ -16,11 +16,8 @@ from ...models.pretrained import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FI
 from ...models.pretrained import read_config as read_torch_config
 from .registry import MODELS, build_model
 
-if TYPE_CHECKING:
-    from .backbone import LanguageModel
 
-
-def save_model(model: LanguageModel, directory: str | Path) -> None:
+def save_model(model: nn.Module, directory: str | Path) -> None:
     """Write ``model``'s config and weights into ``directory`` (created if needed)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -32,7 +29,7 @@ def save_model(model: LanguageModel, directory: str | Path) -> None:
     )
 
 
-def load_model(directory: str | Path, dtype: mx.Dtype = mx.float32) -> LanguageModel:
+def load_model(directory: str | Path, dtype: mx.Dtype = mx.float32) -> nn.Module:
     """Rebuild a model saved by either side's ``save_pretrained``; weights cast to ``dtype``.
     Raises CheckpointError on bad input."""
     directory = Path(directory)

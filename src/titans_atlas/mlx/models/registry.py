@@ -4,16 +4,12 @@ block-model class, under the torch registry's names; configs come from the torch
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.nn as nn
 
 from ...models.config import ModelConfig
 from ...models.registry import model_config
-
-if TYPE_CHECKING:
-    from .backbone import LanguageModel
-
 
 MODELS: dict[str, type[nn.Module]] = {}
 
@@ -33,13 +29,13 @@ def list_models() -> list[str]:
     return list(MODELS)
 
 
-def build_model(config: ModelConfig) -> LanguageModel:
+def build_model(config: ModelConfig) -> nn.Module:
     if config.name not in MODELS:
         raise ValueError(f"unknown MLX model {config.name!r}; available: {list_models()}")
     return MODELS[config.name](config)
 
 
-def create_model(name: str, preset: str | None = None, **overrides: Any) -> LanguageModel:
+def create_model(name: str, preset: str | None = None, **overrides: Any) -> nn.Module:
     """Build a registered architecture from the torch side's defaults and presets, e.g.
     ``create_model("mac", dim=256, window=64)``."""
     return build_model(model_config(name, preset, **overrides))
