@@ -52,6 +52,25 @@ class MemoryStateLayout:
         """Gradient base point for the next token: ``base`` inside a chunk, else ``weights``."""
         return self.base if self.base is not None else self.weights
 
+    def advanced(
+        self, length: int, weights: dict, momentum: dict, base: dict, halos: tuple, options: Any
+    ) -> MemoryStateLayout:
+        """The state ``length`` tokens on, as a scan leaves it: the new weights and momentum,
+        the chunk base kept only inside a chunk, the Omega halos ``(keys, values)``, and the
+        chunk grid of ``options`` (a ``ScanOptions``)."""
+        end = self.position + length
+        return replace(
+            self,
+            weights=weights,
+            momentum=momentum,
+            base=base if end % options.chunk_size else None,
+            position=end,
+            halo_keys=halos[0],
+            halo_values=halos[1],
+            chunk_size=options.chunk_size,
+            omega_window=options.omega_window,
+        )
+
 
 def map_leaves(obj: Any, fn: Callable[[Array], Any], leaf: type) -> Any:
     """Apply ``fn`` to every ``leaf`` (a backend's array type) inside nested dataclasses,

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ..common.memory_layer import MemoryLayerRules
 from ..common.memory_models import build_memory
 from ..ops import (
     SCAN_IMPLS,
@@ -48,7 +49,7 @@ class MemoryLayerState:
     omega: torch.Tensor | None = None
 
 
-class NeuralMemory(nn.Module):
+class NeuralMemory(MemoryLayerRules, nn.Module):
     """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data.
 
     Run-time choices live on the module, not in the config (they are never saved with the
@@ -148,19 +149,11 @@ class NeuralMemory(nn.Module):
                 x = self.feature_projection(x)
         return x
 
-    def _query_features(self, q: torch.Tensor, cache: torch.Tensor | None):
-        q, cache = self.conv["q"](q, cache)
-        return self._features(q), cache
-
     def _gates(self, x: torch.Tensor):
-        """theta in (0, lr_max), eta in (0, momentum_max), alpha in (decay_min, 1), gamma in
-        (0, 1), each ``[B, T, H]`` (gamma ``[B, T, H, c]``; None without a window)."""
-        config = self.config
+        """The bounded gates from x: theta, eta, alpha ``[B, T, H]``, gamma ``[B, T, H, c]``
+        or None (``MemoryLayerRules.bounded_gates``)."""
         raw = rearrange(torch.sigmoid(self.to_gates(x)), "b t (g h) -> b t h g", h=self.num_heads)
-        lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
-        decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
-        omega = raw[..., 3:] if config.omega_window > 1 else None
-        return lr, momentum, decay, omega
+        return self.bounded_gates(raw)
 
     def output(self, read: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Per-head RMSNorm of the reads ``[B, T, H, Dh]``, output gate from x, projection."""

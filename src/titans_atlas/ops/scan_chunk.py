@@ -217,15 +217,6 @@ def memory_scan_chunk(
     )
     y = y[:, :, left : left + length]  # [B, H, T, Dv]
 
-    end = state.position + length
-    new_state = MemoryState(
-        weights=weights,
-        momentum=mom,
-        base=base if end % size else None,
-        position=end,
-        halo_keys=last_tokens(halo_k, k, window),
-        halo_values=last_tokens(halo_v, v, window),
-        chunk_size=size,
-        omega_window=window,
-    )
+    halos = (last_tokens(halo_k, k, window), last_tokens(halo_v, v, window))
+    new_state = state.advanced(length, weights, mom, base, halos, options)
     return rearrange(y, "b h t d -> b t h d"), new_state

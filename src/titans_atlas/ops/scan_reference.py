@@ -62,17 +62,8 @@ def memory_scan_reference(
             weights = {n: w + alpha * gates.decay_to[n] for n, w in weights.items()}
         read_weights = weights if options.read == "after" else previous
         outputs.append(memory.forward(read_weights, q[:, :, r : r + 1]))
-    end = state.position + length
-    new_state = MemoryState(
-        weights=weights,
-        momentum=mom,
-        base=base if end % size else None,
-        position=end,
-        halo_keys=last_tokens(state.halo_keys, k, window),
-        halo_values=last_tokens(state.halo_values, v, window),
-        chunk_size=size,
-        omega_window=window,
-    )
+    halos = (last_tokens(state.halo_keys, k, window), last_tokens(state.halo_values, v, window))
+    new_state = state.advanced(length, weights, mom, base, halos, options)
     y = torch.cat(outputs, dim=2) if outputs else q.new_zeros(*v.shape)
     return rearrange(y, "b h t d -> b t h d"), new_state
 

@@ -18,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from ...common.memory_layer import MemoryLayerRules
 from ...common.memory_models import build_memory
 from ...layers.neural_memory import MemoryConfig
 from ..ops import (
@@ -67,7 +68,7 @@ def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
     return x / mx.maximum(mx.sqrt((x * x).sum(axis=-1, keepdims=True)), eps)
 
 
-class NeuralMemory(nn.Module):
+class NeuralMemory(MemoryLayerRules, nn.Module):
     """``(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
@@ -123,18 +124,10 @@ class NeuralMemory(nn.Module):
                 x = self.feature_projection(x)
         return x
 
-    def _query_features(self, q: mx.array, cache: mx.array | None):
-        q, cache = self.conv["q"](q, cache)
-        return self._features(q), cache
-
     def _gates(self, x: mx.array):
         raw = mx.sigmoid(self.to_gates(x))  # [B, T, (G H)]
         raw = raw.reshape(*x.shape[:2], -1, self.num_heads).swapaxes(-1, -2)  # [B, T, H, G]
-        config = self.config  # the bounded gates of docs/architectures.md
-        lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
-        decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
-        omega = raw[..., 3:] if self.omega_gates else None
-        return lr, momentum, decay, omega
+        return self.bounded_gates(raw)
 
     def output(self, read: mx.array, x: mx.array) -> mx.array:
         """Per-head RMSNorm of the reads ``[B, T, H, Dh]``, output gate from x, projection."""

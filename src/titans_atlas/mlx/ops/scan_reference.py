@@ -126,16 +126,7 @@ def memory_scan_reference(
             anchor,
         )
         outputs.append(y)
-    end = state.position + length
-    new_state = MemoryState(
-        weights=weights,
-        momentum=mom,
-        base=base if end % size else None,
-        position=end,
-        halo_keys=last_tokens(state.halo_keys, k, window),
-        halo_values=last_tokens(state.halo_values, v, window),
-        chunk_size=size,
-        omega_window=window,
-    )
+    halos = (last_tokens(state.halo_keys, k, window), last_tokens(state.halo_values, v, window))
+    new_state = state.advanced(length, weights, mom, base, halos, options)
     y = mx.concatenate(outputs, axis=2) if outputs else mx.zeros(v.shape, dtype=v.dtype)
     return mx.swapaxes(y, 1, 2), new_state
