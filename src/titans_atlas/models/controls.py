@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
+from ..common.blocks import AttentionFlow
 from ..layers.attention import KVCache, VisibilityRule
 from .backbone import LanguageModel, register
 from .blocks import FeedForward, ResidualAttention
 from .config import ModelConfig
 
 
-class AttentionBlock(nn.Module):
+class AttentionBlock(AttentionFlow, nn.Module):
+    """The submodules here; the data flow between them is ``common/blocks.py``'s ``AttentionFlow``
+    (shared with the MLX mirror)."""
+
     state_class = KVCache
     rule_of = staticmethod(lambda config: VisibilityRule())
 
@@ -24,12 +27,6 @@ class AttentionBlock(nn.Module):
     def init_weights(self, std: float, out_std: float) -> None:
         self.attn.init_weights(std, out_std)
         self.ffn.init_weights(std, out_std)
-
-    def forward(
-        self, x: torch.Tensor, state: KVCache | None, position: int
-    ) -> tuple[torch.Tensor, KVCache]:
-        x, cache = self.attn(x, state, position)
-        return self.ffn(x), cache
 
 
 class SlidingWindowBlock(AttentionBlock):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from ..common.blocks import MACSegmentFlow
 from ..layers.attention import KVCache, VisibilityRule
 from ..layers.neural_memory import MemoryLayerState, NeuralMemory
 from .backbone import LanguageModel, register
@@ -40,7 +41,10 @@ class MACState(FieldAccess):
     retrieve_conv: torch.Tensor | None = None
 
 
-class MACBlock(nn.Module):
+class MACBlock(MACSegmentFlow, nn.Module):
+    """The submodules here; the data flow between them is ``common/blocks.py``'s ``MACSegmentFlow``
+    (shared with the MLX mirror)."""
+
     state_class = MACState
 
     def __init__(self, config: ModelConfig) -> None:
@@ -91,22 +95,6 @@ class MACBlock(nn.Module):
             lengths.append(min(end, pos + self.segment - pos % self.segment) - pos)
             pos += lengths[-1]
         return lengths
-
-    def _segment(
-        self, x: torch.Tensor, state: MACState, position: int
-    ) -> tuple[torch.Tensor, MACState]:
-        """One segment, or the part of it in this call."""
-        h_in = self.norm(x)
-        retrieved, retrieve_conv = self.memory.retrieve(
-            h_in, state.segment_weights, state.retrieve_conv
-        )
-        if self.context_norm is not None:
-            retrieved = self.context_norm(retrieved)
-        y, attn = self.attn(h_in, state.attn, position, context=retrieved)
-        written = y if self.memory_input == "attention" else x
-        m, memory = self.memory(self.memory_norm(written), state.memory)
-        state = MACState(memory, state.segment_weights, attn, retrieve_conv)
-        return x + self.gate(y, m), state
 
 
 @register("mac")

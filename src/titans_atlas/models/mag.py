@@ -6,9 +6,9 @@ x + RMSNorm(y) * sigmoid(RMSNorm(m)); then FFN. The two branches run side by sid
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
+from ..common.blocks import MAGFlow
 from ..layers.attention import VisibilityRule
 from ..layers.neural_memory import NeuralMemory
 from .backbone import LanguageModel, register
@@ -16,7 +16,10 @@ from .blocks import FeedForward, HybridState, NonLinearGate, make_attention
 from .config import ModelConfig
 
 
-class MAGBlock(nn.Module):
+class MAGBlock(MAGFlow, nn.Module):
+    """The submodules here; the data flow between them is ``common/blocks.py``'s ``MAGFlow``
+    (shared with the MLX mirror)."""
+
     state_class = HybridState
 
     def __init__(self, config: ModelConfig) -> None:
@@ -33,16 +36,6 @@ class MAGBlock(nn.Module):
         self.memory.init_weights(std, out_std)
         self.gate.init_weights()
         self.ffn.init_weights(std, out_std)
-
-    def forward(
-        self, x: torch.Tensor, state: HybridState | None, position: int
-    ) -> tuple[torch.Tensor, HybridState]:
-        state = state or HybridState()
-        h = self.norm(x)
-        y, cache = self.attn(h, state.attn, position)
-        m, memory_state = self.memory(h, state.memory)
-        x = x + self.gate(y, m)
-        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
 
 
 @register("mag")

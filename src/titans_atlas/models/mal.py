@@ -7,9 +7,9 @@ so the attention reads the memory's output).
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
+from ..common.blocks import MALFlow
 from ..layers.attention import VisibilityRule
 from ..layers.neural_memory import NeuralMemory
 from .backbone import LanguageModel, register
@@ -17,7 +17,10 @@ from .blocks import FeedForward, HybridState, ResidualAttention
 from .config import ModelConfig
 
 
-class MALBlock(nn.Module):
+class MALBlock(MALFlow, nn.Module):
+    """The submodules here; the data flow between them is ``common/blocks.py``'s ``MALFlow``
+    (shared with the MLX mirror)."""
+
     state_class = HybridState
 
     def __init__(self, config: ModelConfig) -> None:
@@ -32,14 +35,6 @@ class MALBlock(nn.Module):
         self.memory.init_weights(std, out_std)
         self.attn.init_weights(std, out_std)
         self.ffn.init_weights(std, out_std)
-
-    def forward(
-        self, x: torch.Tensor, state: HybridState | None, position: int
-    ) -> tuple[torch.Tensor, HybridState]:
-        state = state or HybridState()
-        y, memory_state = self.memory(self.norm(x), state.memory)
-        x, cache = self.attn(x + y, state.attn, position)
-        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
 
 
 @register("mal")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import mlx.nn as nn
 
+from ...common.blocks import AttentionFlow
 from ...layers.attention import VisibilityRule
 from ...models.config import ModelConfig
 from .backbone import LanguageModel, register
 from .blocks import FeedForward, ResidualAttention
 
 
-class AttentionBlock(nn.Module):
+class AttentionBlock(AttentionFlow, nn.Module):
     rule_of = staticmethod(lambda config: VisibilityRule())
 
     def __init__(self, config: ModelConfig) -> None:
@@ -19,9 +20,7 @@ class AttentionBlock(nn.Module):
         self.attn = ResidualAttention(config, self.rule_of(config))
         self.ffn = FeedForward(config)
 
-    def __call__(self, x, state, position):
-        x, cache = self.attn(x, state, position)
-        return self.ffn(x), cache
+    __call__ = AttentionFlow.forward
 
 
 class SlidingWindowBlock(AttentionBlock):

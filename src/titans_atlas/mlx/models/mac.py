@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import mlx.core as mx
 import mlx.nn as nn
 
+from ...common.blocks import MACSegmentFlow
 from ...layers.attention import VisibilityRule
 from ...models.config import ModelConfig
 from ..layers.attention import KVCache
@@ -32,7 +33,9 @@ class MACState:
     attn: KVCache | None = None
 
 
-class MACBlock(nn.Module):
+class MACBlock(MACSegmentFlow, nn.Module):
+    state_class = MACState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.segment = config.window
@@ -58,20 +61,6 @@ class MACBlock(nn.Module):
             pieces.append(piece)
             start = stop
         return self.ffn(mx.concatenate(pieces, axis=1)), state
-
-    def _segment(self, x: mx.array, state: MACState, position: int):
-        """One segment (or the part of it in this call)."""
-        h_in = self.norm(x)
-        retrieved, retrieve_conv = self.memory.retrieve(
-            h_in, state.segment_weights, state.retrieve_conv
-        )
-        if "context_norm" in self:
-            retrieved = self.context_norm(retrieved)
-        y, attn = self.attn(h_in, state.attn, position, context=retrieved)
-        written = y if self.memory_input == "attention" else x
-        m, memory = self.memory(self.memory_norm(written), state.memory)
-        new_state = MACState(memory, state.segment_weights, retrieve_conv, attn)
-        return x + self.gate(y, m), new_state
 
 
 @register("mac")

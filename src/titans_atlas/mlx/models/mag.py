@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import mlx.nn as nn
 
+from ...common.blocks import MAGFlow
 from ...layers.attention import VisibilityRule
 from ...models.config import ModelConfig
 from ..layers.attention import KVCache
@@ -26,7 +27,9 @@ class HybridState:
     memory: MemoryLayerState | None = None
 
 
-class MAGBlock(nn.Module):
+class MAGBlock(MAGFlow, nn.Module):
+    state_class = HybridState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -35,13 +38,7 @@ class MAGBlock(nn.Module):
         self.gate = NonLinearGate(config)
         self.ffn = FeedForward(config)
 
-    def __call__(self, x, state: HybridState | None, position: int):
-        state = state or HybridState()
-        h = self.norm(x)
-        y, cache = self.attn(h, state.attn, position)
-        m, memory_state = self.memory(h, state.memory)
-        x = x + self.gate(y, m)
-        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
+    __call__ = MAGFlow.forward
 
 
 @register("mag")

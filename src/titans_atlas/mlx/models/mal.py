@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlx.nn as nn
 
+from ...common.blocks import MALFlow
 from ...layers.attention import VisibilityRule
 from ...models.config import ModelConfig
 from ..layers.neural_memory import NeuralMemory
@@ -13,7 +14,9 @@ from .blocks import FeedForward, ResidualAttention
 from .mag import HybridState
 
 
-class MALBlock(nn.Module):
+class MALBlock(MALFlow, nn.Module):
+    state_class = HybridState
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -21,11 +24,7 @@ class MALBlock(nn.Module):
         self.attn = ResidualAttention(config, VisibilityRule(window=config.window))
         self.ffn = FeedForward(config)
 
-    def __call__(self, x, state: HybridState | None, position: int):
-        state = state or HybridState()
-        y, memory_state = self.memory(self.norm(x), state.memory)
-        x, cache = self.attn(x + y, state.attn, position)
-        return self.ffn(x), HybridState(attn=cache, memory=memory_state)
+    __call__ = MALFlow.forward
 
 
 @register("mal")
