@@ -19,6 +19,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..common.checks import check_qkv_shapes
 from ..validation import check_choice
 from .memory_models import MemoryModel
 from .options import MemoryGates, ScanOptions
@@ -138,15 +139,7 @@ def _check_qkv(memory, q, k, v, faults: Faults | None) -> None:
             raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
         if faults is not None:
             faults.non_finite(name, x)
-    batch, length, heads, _ = q.shape
-    if k.shape != q.shape:
-        raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
-    if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"v must be [{batch}, {length}, {heads}, Dv], got {list(v.shape)}")
-    if q.shape[-1] != memory.dim_in:
-        raise ValueError(f"q/k width {q.shape[-1]} != memory.dim_in {memory.dim_in}")
-    if v.shape[-1] != memory.dim_out:
-        raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
+    check_qkv_shapes(memory, q, k, v)
 
 
 def _check_gate(name: str, gate, shape: tuple[int, ...], faults: Faults | None) -> None:

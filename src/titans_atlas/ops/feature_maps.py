@@ -7,31 +7,29 @@ degree-i block by ``coefficients[i]`` (learnable in a layer, initialised to 1/i!
 
 from __future__ import annotations
 
-import itertools
-import math
 from functools import lru_cache
 
 import torch
 
+from ..common.feature_maps import (  # noqa: F401  (polynomial_width: re-exported)
+    check_polynomial,
+    monomials,
+    polynomial_width,
+    taylor_scales,
+)
 from ..validation import check_int
-
-
-def polynomial_width(dim: int, degree: int) -> int:
-    """Number of monomials of degree 0..degree in ``dim`` variables: C(dim + degree, degree)."""
-    return math.comb(dim + degree, degree)
 
 
 def default_polynomial_coefficients(
     degree: int, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """The initial block scales 1/i!, i = 0..degree (the Taylor coefficients of exp)."""
-    return torch.tensor([1.0 / math.factorial(i) for i in range(degree + 1)], dtype=dtype)
+    return torch.tensor(taylor_scales(degree), dtype=dtype)
 
 
 @lru_cache(maxsize=32)
 def _cached_monomial_indices(dim: int, degree: int) -> torch.Tensor:
-    combos = list(itertools.combinations_with_replacement(range(dim), degree))
-    return torch.tensor(combos, dtype=torch.long)
+    return torch.tensor(monomials(dim, degree), dtype=torch.long)
 
 
 def monomial_indices(dim: int, degree: int, device: torch.device) -> torch.Tensor:
@@ -60,11 +58,7 @@ def polynomial_features(
     check_int("degree", degree, 1)
     if coefficients is None:
         coefficients = default_polynomial_coefficients(degree, x.dtype).to(x.device)
-    if coefficients.shape != (degree + 1,):
-        raise ValueError(
-            f"coefficients must have shape [{degree + 1}] (one per degree 0..{degree}), "
-            f"got {list(coefficients.shape)}"
-        )
+    check_polynomial(degree, tuple(coefficients.shape))
     coefficients = coefficients.to(x.dtype)
     blocks = [coefficients[0] * torch.ones_like(x[..., :1]), coefficients[1] * x]
     for i in range(2, degree + 1):

@@ -104,12 +104,10 @@ ALGEBRA = GateAlgebra(_gate_products, _anchor_from_start, _shift_rows, _mask_col
 
 
 def momentum_coefficients(gates: ChunkGates, read: str) -> MomentumCoefficients:
-    """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t
-    (the formulas: ``common/coefficients.py``)."""
+    """As the torch ``momentum_coefficients``, on MLX arrays."""
     return coefficients.momentum_coefficients(ALGEBRA, gates, read)
 
 
 def muon_coefficients(gates: ChunkGates, read: str, per_chunk: bool) -> MuonCoefficients:
-    """Muon, per token or (``per_chunk``, rule "muon_chunk") per chunk (the formulas:
-    ``common/coefficients.py``)."""
+    """As the torch ``muon_coefficients``, on MLX arrays."""
     return coefficients.muon_coefficients(ALGEBRA, gates, read, per_chunk)

@@ -7,42 +7,35 @@ degree 0..p (combinations with replacement) and scales the degree-i block by
 
 from __future__ import annotations
 
-import itertools
-import math
 from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
 
-
-def polynomial_width(dim: int, degree: int) -> int:
-    """Number of monomials of degree 0..degree in ``dim`` variables: C(dim + degree, degree)."""
-    return math.comb(dim + degree, degree)
+from ...common.feature_maps import (  # noqa: F401  (polynomial_width: re-exported)
+    check_polynomial,
+    monomials,
+    polynomial_width,
+    taylor_scales,
+)
 
 
 def default_polynomial_coefficients(degree: int, dtype: mx.Dtype = mx.float32) -> mx.array:
     """The initial block scales 1/i!, i = 0..degree."""
-    return mx.array([1.0 / math.factorial(i) for i in range(degree + 1)], dtype=dtype)
+    return mx.array(taylor_scales(degree), dtype=dtype)
 
 
 @lru_cache(maxsize=32)
 def _monomial_indices(dim: int, degree: int) -> np.ndarray:
     """``[n_monomials, degree]`` variable indices of each degree-``degree`` monomial."""
-    combos = list(itertools.combinations_with_replacement(range(dim), degree))
-    return np.array(combos, dtype=np.int32)
+    return np.array(monomials(dim, degree), dtype=np.int32)
 
 
 def polynomial_features(x: mx.array, degree: int, coefficients: mx.array | None = None) -> mx.array:
     """phi_p(x): ``[..., D]`` -> ``[..., C(D + p, p)]``, blocks ordered by degree 0, 1, ..., p."""
-    if degree < 1:
-        raise ValueError(f"degree must be >= 1, got {degree}")
     if coefficients is None:
-        coefficients = default_polynomial_coefficients(degree, x.dtype)
-    if tuple(coefficients.shape) != (degree + 1,):
-        raise ValueError(
-            f"coefficients must have shape [{degree + 1}] (one per degree 0..{degree}), "
-            f"got {list(coefficients.shape)}"
-        )
+        coefficients = default_polynomial_coefficients(max(degree, 1), x.dtype)
+    check_polynomial(degree, tuple(coefficients.shape))
     coefficients = coefficients.astype(x.dtype)
     blocks = [coefficients[0] * mx.ones_like(x[..., :1]), coefficients[1] * x]
     for i in range(2, degree + 1):

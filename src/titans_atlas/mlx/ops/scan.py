@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
+from ...common.checks import check_qkv_shapes
 from ...common.options import READ_MODES, MemoryGates, ScanOptions, update_rule_from_muon
 from ...validation import check_int, check_number
 from .memory_models import MemoryModel
@@ -144,15 +145,7 @@ def _check_inputs(
             raise ValueError(f"{name} has dtype {x.dtype}, q has {q.dtype}; q, k, v must match")
         if values and not _all(mx.isfinite(x)):
             raise ValueError(f"{name} contains NaN or inf")
-    batch, length, heads, _ = q.shape
-    if k.shape != q.shape:
-        raise ValueError(f"k must have q's shape {list(q.shape)}, got {list(k.shape)}")
-    if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"v must be [{batch}, {length}, {heads}, Dv], got {list(v.shape)}")
-    if q.shape[-1] != memory.dim_in:
-        raise ValueError(f"q/k width {q.shape[-1]} != memory.dim_in {memory.dim_in}")
-    if v.shape[-1] != memory.dim_out:
-        raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
+    check_qkv_shapes(memory, q, k, v)
     _check_gate("lr", lr, q.shape[:3], low=0.0, high=None, values=values)
     _check_gate("momentum", momentum, q.shape[:3], low=0.0, high=1.0, values=values)
     _check_gate("decay", decay, q.shape[:3], low=0.0, high=1.0, values=values)
@@ -164,7 +157,7 @@ def _check_inputs(
         _check_gate(
             "omega_gate", omega_gate, (*q.shape[:3], omega_window), low=0.0, high=1.0, values=values
         )
-    _check_state(memory, state, batch, heads, chunk_size, omega_window)
+    _check_state(memory, state, q.shape[0], q.shape[2], chunk_size, omega_window)
 
 
 def _check_modes(read, impl) -> None:
