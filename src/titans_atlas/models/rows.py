@@ -111,21 +111,26 @@ def fresh_like(obj: Any, layers: list[NeuralMemory]) -> Any:
     return obj
 
 
+def rows_to_reset(state: ModelState | None, rows: torch.Tensor | None) -> bool:
+    """Whether some but not all rows of ``state`` are flagged in ``rows`` (bool ``[B]``; a
+    ValueError for another shape): only then does a reset touch rows one by one. No state,
+    no flags or every row flagged means a fresh stream (None); no row flagged, ``state``."""
+    if state is None or rows is None:
+        return False
+    if rows.shape != (state.batch_size,):
+        raise ValueError(
+            f"rows must be a bool [{state.batch_size}] tensor, got {tuple(rows.shape)}"
+        )
+    return bool(rows.any()) and not bool(rows.all())
+
+
 def reset_rows(
     model: LanguageModel, state: ModelState | None, rows: torch.Tensor | None
 ) -> ModelState | None:
     """``state`` with the rows flagged in ``rows`` (bool ``[B]``) starting a fresh stream
     (see the module docstring). ``None`` -- every row fresh -- when all rows are flagged."""
-    if state is None or rows is None:
-        return None
-    if rows.shape != (state.batch_size,):
-        raise ValueError(
-            f"rows must be a bool [{state.batch_size}] tensor, got {tuple(rows.shape)}"
-        )
-    if bool(rows.all()):
-        return None
-    if not rows.any():
-        return state
+    if not rows_to_reset(state, rows):
+        return None if state is None or rows is None or bool(rows.all()) else state
     blocks = []
     for block, block_state in zip(model.blocks, state.blocks):
         layers = [m for m in block.modules() if isinstance(m, NeuralMemory)]

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ..models.backbone import LanguageModel, ModelState
-from ..models.rows import fresh_like, replace_rows, reset_rows
+from ..models.rows import fresh_like, replace_rows, reset_rows, rows_to_reset
 from .config import TrainConfig
 from .runtime import memory_layers, pick_device
 
@@ -280,15 +280,9 @@ class BlockResets:
         self, model: LanguageModel, state: ModelState | None, rows: torch.Tensor | None
     ) -> ModelState | None:
         self.rows = None
-        if state is None or rows is None:
+        if not rows_to_reset(state, rows) and (state is None or rows is None or bool(rows.all())):
             return None
-        if rows.shape != (state.batch_size,):
-            raise ValueError(
-                f"rows must be a bool [{state.batch_size}] tensor, got {tuple(rows.shape)}"
-            )
-        if bool(rows.all()):
-            return None
-        self.rows = rows
+        self.rows = rows  # every rank, even with no row to reset (the class docstring)
         return state
 
     def _hook(self, block: nn.Module, args: tuple, kwargs: dict):
