@@ -4,11 +4,12 @@ the argmax prediction over the labelled positions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-from ..tasks.base import IGNORE
+from ..tasks.base import IGNORE, Batch
 from ..tasks.mqar import mqar_batch
 from ..tokenizers import Tokenizer
 from .inference import Evaluator
@@ -26,6 +27,28 @@ def labelled_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, 
 # --- task ------------------------------------------------------------------------------------
 
 DEFAULT_LENGTHS = (64, 128, 256)
+
+
+def batch_rows(batch: Batch, length: int, **fields) -> Iterator[dict]:
+    """One sample per row of a task batch: ``fields``, the row's index, ids and labels, and
+    ``num_tokens = length``."""
+    for index in range(batch.input_ids.shape[0]):
+        yield {
+            "length": length,
+            **fields,
+            "index": index,
+            "input_ids": batch.input_ids[index].tolist(),
+            "labels": batch.labels[index].tolist(),
+            "num_tokens": length,
+        }
+
+
+def check_vocab(sample: dict, evaluator: Evaluator, what: str = "vocab_size") -> None:
+    """A sample's ids must fit the model's vocabulary (ValueError naming both)."""
+    if sample["vocab_size"] > evaluator.vocab_size:
+        raise ValueError(
+            f"{what} {sample['vocab_size']} exceeds the model's {evaluator.vocab_size}"
+        )
 
 
 def _lengths(settings: EvalSettings, vocab: int) -> tuple[int, ...]:
@@ -49,23 +72,11 @@ def _samples(settings: EvalSettings, tokenizer: Tokenizer):
     for length in _lengths(settings, vocab):
         pairs = settings.kv_pairs or max(1, length // 16)
         batch = mqar_batch(settings.samples, length, pairs, vocab, seed=settings.seed + 10 + length)
-        for index in range(settings.samples):
-            yield {
-                "length": length,
-                "kv_pairs": pairs,
-                "vocab_size": vocab,
-                "index": index,
-                "input_ids": batch.input_ids[index].tolist(),
-                "labels": batch.labels[index].tolist(),
-                "num_tokens": length,
-            }
+        yield from batch_rows(batch, length=length, kv_pairs=pairs, vocab_size=vocab)
 
 
 def _score(evaluator: Evaluator, tokenizer: Tokenizer, sample: dict, settings: EvalSettings):
-    if sample["vocab_size"] > evaluator.vocab_size:
-        raise ValueError(
-            f"MQAR vocab_size {sample['vocab_size']} exceeds the model's {evaluator.vocab_size}"
-        )
+    check_vocab(sample, evaluator, "MQAR vocab_size")
     logits = evaluator.all_logits(torch.tensor([sample["input_ids"]]))
     correct, total = labelled_accuracy(logits, torch.tensor([sample["labels"]]))
     fields = ("length", "kv_pairs", "vocab_size", "index")

@@ -13,7 +13,7 @@ from .. import tasks
 from ..tasks import Batch, kv_recall_batch
 from ..tokenizers import Tokenizer
 from .inference import DEFAULT_PIECE, Evaluator
-from .mqar import labelled_accuracy
+from .mqar import batch_rows, check_vocab, labelled_accuracy
 from .plots import curves
 from .registry import EvalSettings, Task, mean_by, register_task
 
@@ -54,24 +54,13 @@ def _kv_samples(settings: EvalSettings, tokenizer: Tokenizer):
             seed=settings.seed + distance,
             num_pairs=pairs,
         )
-        for index in range(settings.samples):
-            yield {
-                "distance": distance,
-                "length": seq_len,
-                "kv_pairs": pairs,
-                "vocab_size": vocab,
-                "index": index,
-                "input_ids": batch.input_ids[index].tolist(),
-                "labels": batch.labels[index].tolist(),
-                "num_tokens": seq_len,
-            }
+        yield from batch_rows(
+            batch, length=seq_len, distance=distance, kv_pairs=pairs, vocab_size=vocab
+        )
 
 
 def _kv_score(evaluator: Evaluator, tokenizer: Tokenizer, sample: dict, settings: EvalSettings):
-    if sample["vocab_size"] > evaluator.vocab_size:
-        raise ValueError(
-            f"vocab_size {sample['vocab_size']} exceeds the model's {evaluator.vocab_size}"
-        )
+    check_vocab(sample, evaluator)
     logits = evaluator.all_logits(torch.tensor([sample["input_ids"]]))
     prediction = int(logits[0, -1].argmax())
     fields = ("distance", "length", "kv_pairs", "vocab_size", "index")
