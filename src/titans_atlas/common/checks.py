@@ -20,3 +20,32 @@ def check_qkv_shapes(memory: Any, q: Any, k: Any, v: Any) -> None:
         raise ValueError(f"q/k width {q.shape[-1]} != memory.dim_in {memory.dim_in}")
     if v.shape[-1] != memory.dim_out:
         raise ValueError(f"v width {v.shape[-1]} != memory.dim_out {memory.dim_out}")
+
+
+def check_state_layout(
+    memory: Any, state: Any, batch: int, heads: int, chunk_size: int, omega_window: int
+) -> None:
+    """A stream state that fits the inputs and the scan's chunk grid: the memory's weights
+    and momentum (and base, inside a chunk) for ``batch`` x ``heads``, a position >= 0, and
+    the chunk size and Omega window it started with (the grid is anchored at the start)."""
+    memory.check_weights(state.weights, batched=True, name="state.weights")
+    memory.check_weights(state.momentum, batched=True, name="state.momentum")
+    if (state.batch_size, state.num_heads) != (batch, heads):
+        raise ValueError(
+            f"state is for batch {state.batch_size} x heads {state.num_heads}, "
+            f"inputs are batch {batch} x heads {heads}"
+        )
+    position, size, window = state.position, chunk_size, omega_window
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
+    if state.chunk_size is not None and state.chunk_size != size and position > 0:
+        raise ValueError(
+            f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "
+            "(the chunk grid is anchored at the stream start)"
+        )
+    if state.omega_window is not None and state.omega_window != window and position > 0:
+        raise ValueError(f"omega_window={window} differs from the stream's {state.omega_window}")
+    if position % size and state.base is None:
+        raise ValueError("state stands inside a chunk but has no base weights (state.base)")
+    if state.base is not None:
+        memory.check_weights(state.base, batched=True, name="state.base")

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..common.checks import check_qkv_shapes
+from ..common.checks import check_qkv_shapes, check_state_layout
 from ..validation import check_choice
 from .memory_models import MemoryModel
 from .options import MemoryGates, ScanOptions
@@ -162,27 +162,7 @@ def _check_gate(name: str, gate, shape: tuple[int, ...], faults: Faults | None) 
 def _check_state(memory, state, batch, heads, options: ScanOptions, faults: Faults | None) -> None:
     if not isinstance(state, MemoryState):
         raise ValueError("state must be a MemoryState (start one with memory.initial_state)")
-    memory.check_weights(state.weights, batched=True, name="state.weights")
-    memory.check_weights(state.momentum, batched=True, name="state.momentum")
-    if (state.batch_size, state.num_heads) != (batch, heads):
-        raise ValueError(
-            f"state is for batch {state.batch_size} x heads {state.num_heads}, "
-            f"inputs are batch {batch} x heads {heads}"
-        )
-    position, size, window = state.position, options.chunk_size, options.omega_window
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-        raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
-    if state.chunk_size is not None and state.chunk_size != size and position > 0:
-        raise ValueError(
-            f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "
-            "(the chunk grid is anchored at the stream start)"
-        )
-    if state.omega_window is not None and state.omega_window != window and position > 0:
-        raise ValueError(f"omega_window={window} differs from the stream's {state.omega_window}")
-    if position % size and state.base is None:
-        raise ValueError("state stands inside a chunk but has no base weights (state.base)")
-    if state.base is not None:
-        memory.check_weights(state.base, batched=True, name="state.base")
+    check_state_layout(memory, state, batch, heads, options.chunk_size, options.omega_window)
     _check_state_tensors(state, faults)
 
 

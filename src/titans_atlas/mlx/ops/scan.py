@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
-from ...common.checks import check_qkv_shapes
+from ...common.checks import check_qkv_shapes, check_state_layout
 from ...common.options import READ_MODES, MemoryGates, ScanOptions, update_rule_from_muon
 from ...validation import check_int, check_number
 from .memory_models import MemoryModel
@@ -184,21 +184,4 @@ def _check_gate(name, gate, shape, low, high, values) -> None:
 def _check_state(memory, state, batch, heads, chunk_size, omega_window) -> None:
     if not isinstance(state, MemoryState):
         raise ValueError("state must be an MLX MemoryState (start one with memory.initial_state)")
-    memory.check_weights(state.weights, batched=True, name="state.weights")
-    memory.check_weights(state.momentum, batched=True, name="state.momentum")
-    if (state.batch_size, state.num_heads) != (batch, heads):
-        raise ValueError(
-            f"state is for batch {state.batch_size} x heads {state.num_heads}, "
-            f"inputs are batch {batch} x heads {heads}"
-        )
-    if state.chunk_size is not None and state.chunk_size != chunk_size and state.position > 0:
-        raise ValueError(
-            f"chunk_size={chunk_size} differs from the stream's chunk_size={state.chunk_size} "
-            "(the chunk grid is anchored at the stream start)"
-        )
-    if state.omega_window is not None and state.omega_window != omega_window and state.position:
-        raise ValueError(
-            f"omega_window={omega_window} differs from the stream's {state.omega_window}"
-        )
-    if state.position % chunk_size and state.base is None:
-        raise ValueError("state stands inside a chunk but has no base weights (state.base)")
+    check_state_layout(memory, state, batch, heads, chunk_size, omega_window)
