@@ -177,3 +177,9 @@ def check_writable_file(name: str, path: str | Path) -> None:
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{name}={str(path)!r} is not writable")
     check_writable_dir(f"the folder of {name}", path.parent)
+
+
+def check_heads(dim: int, num_heads: int) -> None:
+    """A width that splits into ``num_heads`` equal heads (ValueError naming both)."""
+    if dim % num_heads:
+        raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")

@@ -100,14 +100,7 @@ def generate(
     once every sample is finished. Same ``seed`` -> same tokens. ``compile=True`` decodes
     with ``compiled_decode_step(model)`` (compiled on first use, then reused).
     """
-    config = SamplingConfig(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
-        greedy=greedy,
-    )
+    config = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, greedy)
     stop_tokens = _check_generate_args(
         model, prompt_ids, max_new_tokens, stop_tokens, pad_token, seed, compile
     )

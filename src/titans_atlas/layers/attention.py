@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ..validation import check_heads
 from .basic import apply_rotary, rotary_tables
 
 QUERY_BLOCK = 512  # queries per SDPA call: bounds the mask and score memory on long inputs
@@ -87,8 +88,7 @@ class Attention(nn.Module):
         rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        check_heads(dim, num_heads)
         self.num_heads, self.rule, self.rope_base = num_heads, rule, rope_base
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.to_out = nn.Linear(dim, dim, bias=False)

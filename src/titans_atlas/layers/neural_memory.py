@@ -30,7 +30,7 @@ from ..ops import (
     polynomial_features,
     polynomial_width,
 )
-from ..validation import check_bool, check_choice
+from ..validation import check_bool, check_choice, check_heads
 from .basic import CausalConv
 from .hooks import MemoryRead, MemoryWrite, new_hook_table, run_hooks
 from .memory_config import MemoryConfig
@@ -59,8 +59,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        check_heads(dim, num_heads)
         self.memory_hooks = new_hook_table()  # register_memory_hook (layers/hooks.py)
         self.config, self.num_heads = config, num_heads
         self.impl, self.checkpoint = "auto", False

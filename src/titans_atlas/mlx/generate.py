@@ -175,14 +175,7 @@ def generate(
     finished (later positions hold ``pad_token``, or that stop token if None); generation ends
     once every sample is finished. Same ``seed`` -> same tokens.
     """
-    config = SamplingConfig(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repetition_penalty=repetition_penalty,
-        greedy=greedy,
-    )
+    config = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, greedy)
     prompt_ids = as_ids(prompt_ids)
     _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token)
     if max_new_tokens == 0:

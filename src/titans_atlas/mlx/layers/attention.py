@@ -16,6 +16,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ...layers.attention import QUERY_BLOCK, VisibilityRule
+from ...validation import check_heads
 from .basic import normal_init, rotary
 
 
@@ -46,8 +47,7 @@ class Attention(nn.Module):
         rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        check_heads(dim, num_heads)
         self.num_heads, self.rule, self.rope_base = num_heads, rule, rope_base
         self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.to_out = nn.Linear(dim, dim, bias=False)

@@ -21,6 +21,7 @@ import mlx.nn as nn
 from ...common.memory_layer import MemoryLayerRules
 from ...common.memory_models import build_memory
 from ...layers.neural_memory import MemoryConfig
+from ...validation import check_heads
 from ..ops import (
     GatedMLPMemory,
     LinearMemory,
@@ -73,8 +74,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        check_heads(dim, num_heads)
         self.config, self.num_heads = config, num_heads
         self.impl, self.compiled, self.validate = "auto", True, True  # runtime (set_runtime)
         head_dim = self.head_dim = dim // num_heads
