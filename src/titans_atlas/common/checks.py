@@ -49,3 +49,19 @@ def check_state_layout(
         raise ValueError("state stands inside a chunk but has no base weights (state.base)")
     if state.base is not None:
         memory.check_weights(state.base, batched=True, name="state.base")
+
+
+def check_decay_target(memory: Any, target: Any, batch: int, heads: int, is_array: type) -> None:
+    """``decay_to``: the memory's weights (arrays of type ``is_array``), per head
+    ``[H, ...]`` or per sample ``[B, H, ...]``."""
+    batched = isinstance(target, dict) and any(
+        isinstance(w, is_array) and w.ndim == 4 for w in target.values()
+    )
+    memory.check_weights(target, batched=batched, name="decay_to")
+    lead = (batch, heads) if batched else (heads,)
+    for key, w in target.items():
+        if tuple(w.shape[:-2]) != lead:
+            want = "B, H" if batched else "H"
+            raise ValueError(
+                f"decay_to[{key!r}] must lead with [{want}] = {list(lead)}, got {list(w.shape)}"
+            )

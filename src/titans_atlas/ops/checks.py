@@ -19,7 +19,7 @@ from contextvars import ContextVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..common.checks import check_qkv_shapes, check_state_layout
+from ..common.checks import check_decay_target, check_qkv_shapes, check_state_layout
 from ..validation import check_choice
 from .memory_models import MemoryModel
 from .options import MemoryGates, ScanOptions
@@ -115,18 +115,9 @@ def check_scan_inputs(
 
 def _check_decay_target(memory, target, batch: int, heads: int, faults: Faults | None) -> None:
     """``decay_to``: the memory's weights, per head ``[H, ...]`` or per sample ``[B, H, ...]``."""
-    batched = isinstance(target, dict) and any(
-        isinstance(w, torch.Tensor) and w.ndim == 4 for w in target.values()
-    )
-    memory.check_weights(target, batched=batched, name="decay_to")
-    lead = (batch, heads) if batched else (heads,)
-    for key, w in target.items():
-        if tuple(w.shape[:-2]) != lead:
-            want = "B, H" if batched else "H"
-            raise ValueError(
-                f"decay_to[{key!r}] must lead with [{want}] = {list(lead)}, got {list(w.shape)}"
-            )
-        if faults is not None:
+    check_decay_target(memory, target, batch, heads, torch.Tensor)
+    if faults is not None:
+        for key, w in target.items():
             faults.non_finite(f"decay_to[{key!r}]", w)
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import mlx.core as mx
 
-from ...common.checks import check_qkv_shapes, check_state_layout
+from ...common.checks import check_decay_target, check_qkv_shapes, check_state_layout
 from ...common.options import READ_MODES, MemoryGates, ScanOptions, update_rule_from_muon
 from ...validation import check_int, check_number
 from .memory_models import MemoryModel
@@ -97,14 +97,8 @@ def _check_stability_options(memory, max_grad_norm, decay_to, batch, heads, valu
         check_number("max_grad_norm", max_grad_norm, 0.0)
     if decay_to is None:
         return
-    batched = isinstance(decay_to, dict) and any(
-        isinstance(w, mx.array) and w.ndim == 4 for w in decay_to.values()
-    )
-    memory.check_weights(decay_to, batched=batched, name="decay_to")
-    lead = (batch, heads) if batched else (heads,)
+    check_decay_target(memory, decay_to, batch, heads, mx.array)
     for key, w in decay_to.items():
-        if tuple(w.shape[:-2]) != lead:
-            raise ValueError(f"decay_to[{key!r}] must lead with {list(lead)}, got {list(w.shape)}")
         if values and not _all(mx.isfinite(w)):
             raise ValueError(f"decay_to[{key!r}] contains NaN or inf")
 
