@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def attention_args(config: Any, rule: Any, persistent: bool = True) -> tuple:
+    """A block's attention from its ``ModelConfig``: (width, heads, visibility ``rule``,
+    persistent tokens -- none where ``persistent`` is False --, rotary base)."""
+    tokens = config.num_persistent if persistent else 0
+    return config.dim, config.num_heads, rule, tokens, config.rope_base
+
+
 class MAGFlow:
     """MAG (Titans eqs. 26-28): h = norm(x); y = attn(h); m = memory(h); x + gate(y, m); FFN."""
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..common.blocks import attention_args
 from ..layers.attention import Attention, KVCache, VisibilityRule
 from ..layers.basic import SwiGLU
 from ..layers.neural_memory import MemoryLayerState
@@ -52,13 +53,7 @@ class FeedForward(nn.Module):
 
 
 def make_attention(config: ModelConfig, rule: VisibilityRule, persistent: bool = True):
-    return Attention(
-        config.dim,
-        config.num_heads,
-        rule,
-        config.num_persistent if persistent else 0,
-        config.rope_base,
-    )
+    return Attention(*attention_args(config, rule, persistent))
 
 
 class ResidualAttention(nn.Module):

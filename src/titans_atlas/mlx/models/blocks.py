@@ -9,6 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from ...common.blocks import attention_args
 from ...layers.attention import VisibilityRule
 from ...models.config import ModelConfig
 from ..layers.attention import Attention, KVCache
@@ -28,13 +29,7 @@ class FeedForward(nn.Module):
 
 
 def make_attention(config: ModelConfig, rule: VisibilityRule, persistent: bool = True):
-    return Attention(
-        config.dim,
-        config.num_heads,
-        rule,
-        config.num_persistent if persistent else 0,
-        config.rope_base,
-    )
+    return Attention(*attention_args(config, rule, persistent))
 
 
 class ResidualAttention(nn.Module):
