@@ -53,7 +53,7 @@ def test_a_device_this_machine_lacks_is_one_line(model_dir, tmp_path, capsys, de
 def test_an_eval_out_that_is_a_file_is_refused_before_the_evaluation(
     model_dir, tmp_path, capsys, monkeypatch
 ):
-    from titans_atlas.eval import command
+    from titans_atlas.cli import eval as command
 
     def never(*args, **kwargs):
         raise AssertionError("the evaluation ran before --out was checked")
@@ -68,7 +68,7 @@ def test_an_eval_out_that_is_a_file_is_refused_before_the_evaluation(
 
 
 def test_a_full_disk_during_a_checkpoint_loses_nothing(tmp_path, capsys, monkeypatch):
-    from titans_atlas.train import checkpoint as ckpt
+    from titans_atlas.io import training as ckpt
 
     run = tmp_path / "run"
     assert main(train_argv(run)) == 0

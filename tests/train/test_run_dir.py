@@ -128,7 +128,7 @@ def test_without_flock_the_pid_file_alone_guards_the_directory(tmp_path, monkeyp
     import subprocess
     import sys
 
-    from titans_atlas.train import run_dir
+    from titans_atlas.io import run_dir
 
     monkeypatch.setattr(run_dir, "fcntl", None)  # as on Windows
     first = run_dir.RunLock(tmp_path)

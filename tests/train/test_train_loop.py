@@ -12,9 +12,9 @@ from train_helpers import debug_config
 import titans_atlas as ta
 from helpers import CountSyncs
 from titans_atlas.io import CheckpointError
+from titans_atlas.io import training as ckpt
 from titans_atlas.ops.checks import Faults
 from titans_atlas.train import NonFiniteError, Trainer, resolve_model_dir, train
-from titans_atlas.train import checkpoint as ckpt
 from titans_atlas.train.diagnostics import check_finite
 from titans_atlas.train.optim import parameter_groups
 from titans_atlas.train.runtime import memory_state_norms
