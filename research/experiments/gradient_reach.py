@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from _common import QUIET  # experiments/ is on sys.path when run
 
+from titans_atlas.tasks import IGNORE
 from titans_atlas.train import Trainer, build_config
-from titans_atlas.train.batches import IGNORE
 
 MODELS = ("mac", "mag", "mal", "lmm")
 

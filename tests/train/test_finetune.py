@@ -10,7 +10,7 @@ from titans_atlas.eval.babilong import format_prompt
 from titans_atlas.eval.metrics import babilong_labels
 from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import Trainer, build_config, make_task
-from titans_atlas.train.pipeline import build_pipeline
+from titans_atlas.train.data.pipeline import build_pipeline
 
 TEST_STORY = """1 Sandra journeyed to the kitchen.
 2 Where is Sandra? \tkitchen\t1

@@ -6,7 +6,7 @@ import torch
 from test_recall_run import TINY
 
 from titans_atlas.train import Trainer, build_config, make_task
-from titans_atlas.train.batches import IGNORE, TaskBatches
+from titans_atlas.train.data.batches import IGNORE, TaskBatches
 
 ARGS = {"vocab_size": 20, "num_pairs": 3}
 

@@ -12,7 +12,7 @@ from titans_atlas.cli import main
 from titans_atlas.cli.recall_report import control_config
 from titans_atlas.eval.distance import format_recall_table, recall_accuracy
 from titans_atlas.train import Trainer, build_config, make_task
-from titans_atlas.train.batches import TaskBatches
+from titans_atlas.train.data.batches import TaskBatches
 
 TINY = [
     "model.dim=16",

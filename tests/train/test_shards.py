@@ -9,7 +9,7 @@ import pytest
 from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import DataConfig, load_corpus
 from titans_atlas.train.data import read_shards
-from titans_atlas.train.prepare import prepare
+from titans_atlas.train.data.prepare import prepare
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import torch
 
 from titans_atlas.tokenizers import ByteTokenizer
 from titans_atlas.train import DataConfig, PackedBatches, StreamBatches, load_corpus
-from titans_atlas.train.batches import IGNORE, CorpusStreams, SequentialStreams
 from titans_atlas.train.data import Corpus, read_shards, tokenize_documents
-from titans_atlas.train.prepare import prepare
+from titans_atlas.train.data.batches import IGNORE, CorpusStreams, SequentialStreams
+from titans_atlas.train.data.prepare import prepare
 
 DOCS = ["first document\n", "the second one, a little longer\n", "third ✓\n"]
 

@@ -19,9 +19,9 @@ from ..io import CheckpointError, load_model
 from ..tokenizers import load_tokenizer
 from ..train.checkpointing import consolidate
 from ..train.config import build_config
+from ..train.data.prepare import prepare
 from ..train.distributed import Parallel, setup_parallel
 from ..train.loop import NonFiniteError, Trainer
-from ..train.prepare import prepare
 from ..validation import int_at_least
 from .recall_report import control_config, is_recall_run, report
 

@@ -12,13 +12,13 @@ Nothing here imports an extra at ``import titans_atlas`` time.
 from ..io.training import find_checkpoint, load_checkpoint, resolve_model_dir, save_checkpoint
 from ..models.rows import replace_rows, reset_rows
 from ..tasks import IGNORE, TASKS, make_task
-from .batches import Batch, PackedBatches, StreamBatches
 from .checkpointing import consolidate
 from .config import DataConfig, ModelSpec, OptimConfig, RunConfig, TrainConfig, build_config
+from .config.presets import RUN_PRESETS
 from .data import Corpus, load_corpus
+from .data.batches import Batch, PackedBatches, StreamBatches
 from .distributed import Parallel, setup_parallel
 from .loop import NonFiniteError, Trainer, TrainResult, train
-from .presets import RUN_PRESETS
 
 __all__ = [
     "IGNORE",

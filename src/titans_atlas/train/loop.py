@@ -34,6 +34,7 @@ from ..models.backbone import build_model
 from ..models.rows import check_stream_alignment, reset_rows
 from ..ops import validating
 from .config import RunConfig, resume_differences
+from .data.pipeline import build_pipeline
 from .diagnostics import (
     NonFiniteError,
     check_finite,
@@ -44,7 +45,6 @@ from .distributed import Parallel, initial_weight_parameters, setup_parallel
 from .evaluate import evaluate, token_losses
 from .metrics import MetricsLog, truncate_metrics
 from .optim import build_optimizer, learning_rate, set_learning_rate
-from .pipeline import build_pipeline
 from .runtime import (
     GateStats,
     SignalFlag,

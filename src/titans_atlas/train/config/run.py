@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models.backbone import MODELS, model_config
-from ..models.config import ModelConfig
-from ..validation import check_bool, check_number
-from .config_overrides import apply_nested, read_config_file, set_value, suggest
+from ...models.backbone import MODELS, model_config
+from ...models.config import ModelConfig
+from ...validation import check_bool, check_number
+from .overrides import apply_nested, read_config_file, set_value, suggest
 from .presets import RUN_PRESETS
 
 STRATEGIES = ("auto", "none", "ddp", "fsdp")

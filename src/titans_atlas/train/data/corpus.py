@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tokenizers import SPEC_FILE, Tokenizer, load_tokenizer, say_network
-from ..validation import not_text_error, read_text_file
-from .config import DataConfig
+from ...tokenizers import SPEC_FILE, Tokenizer, load_tokenizer, say_network
+from ...validation import not_text_error, read_text_file
+from ..config import DataConfig
 
-TEXTS = Path(__file__).resolve().parent.parent / "texts"  # package data: public-domain plays
+TEXTS = Path(__file__).resolve().parents[2] / "texts"  # package data: public-domain plays
 SHARD_META = "meta.json"
 SHARD_FORMAT, SHARD_VERSION = "titans-atlas-shards", 1
 
