@@ -69,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="lmm", help="comma-separated model names")
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,4,7")
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--steps", type=int, default=300, help="the recall preset's budget")
     parser.add_argument("--samples", type=int, default=100, help="recall samples per point")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--tag", default="", help="a label stored in every row")

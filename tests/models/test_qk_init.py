@@ -1,10 +1,13 @@
 """The memory layer's initialisation (docs/architectures.md, "Initialisation") and the
 ``gdn`` configuration (models/deltanet.py).
 
-"matched" (the default) starts the query projection equal to the key projection and the
-short convolutions with non-negative taps and no bias, so that an untrained query already
-addresses its own token's key and different tokens have different keys. These tests fail
-under "independent", the init the layer had before (checked in each test)."""
+"shifted" (the default) starts the query projection equal to the key projection and the
+short convolutions as delays (keys from the previous token, queries and values from the
+current one), so the untrained memory stores "previous token -> this token" and a query
+addresses the key written right after its token; "matched" keeps the copy with random
+non-negative taps and no bias, so queries address their own token's key and different
+tokens have different keys. The tests fail under "independent", the init the layer had
+before (checked in each test)."""
 
 from __future__ import annotations
 
@@ -50,6 +53,28 @@ def test_matched_init_ties_the_query_rows_and_drops_the_conv_bias():
         assert conv.conv.weight.abs().sum() > 0
 
 
+def test_shifted_init_is_the_default_and_starts_the_convolutions_as_delays():
+    assert MemoryConfig().qk_init == "shifted"
+    module = layer("shifted")
+    rows = module.to_qkv.weight
+    assert torch.equal(rows[:DIM], rows[DIM : 2 * DIM])
+    current, previous = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])  # taps [t-1, t]
+    for name, taps in (("q", current), ("k", previous), ("v", current)):
+        conv = module.conv[name].conv
+        assert torch.equal(conv.weight[:, 0], taps.expand(DIM, 2)) and (conv.bias == 0).all()
+    one_tap = NeuralMemory(DIM, HEADS, MemoryConfig(conv_kernel=1)).conv["k"].conv
+    assert (one_tap.weight == 1).all()  # no earlier token to delay to: the current one
+
+
+def test_an_untrained_shifted_query_addresses_the_key_written_after_its_token():
+    """q_t equals k_{t+1}: the key written where token t's successor is the value, which is
+    how a key -> value pair is read back later."""
+    q, k = features(layer("shifted"), tokens())
+    torch.testing.assert_close(q[:, :-1], k[:, 1:])
+    _, k_matched = features(layer("matched"), tokens())
+    assert not torch.allclose(q[:, :-1], k_matched[:, 1:], atol=0.1)
+
+
 def test_independent_init_is_the_earlier_draw():
     module = layer("independent")
     rows = module.to_qkv.weight
@@ -87,10 +112,10 @@ def test_qk_init_is_validated_and_saved_configs_without_it_load(tmp_path):
     model = ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2)
     model.save_pretrained(str(tmp_path))
     config = (tmp_path / "config.json").read_text()
-    assert '"qk_init": "matched"' in config
-    (tmp_path / "config.json").write_text(config.replace('"qk_init": "matched",', ""))
+    assert '"qk_init": "shifted"' in config
+    (tmp_path / "config.json").write_text(config.replace('"qk_init": "shifted",', ""))
     loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.memory.qk_init == "matched"
+    assert loaded.config.memory.qk_init == "shifted"
     ids = torch.randint(0, 32, (1, 9))
     torch.testing.assert_close(loaded(ids)[0], model.eval()(ids)[0])
 

@@ -61,6 +61,15 @@ class CausalConv(nn.Module):
             self.conv.weight.abs_()
             self.conv.bias.zero_()
 
+    @torch.no_grad()
+    def init_shift(self, lag: int) -> None:
+        """Start as a pure delay: every channel's output is its input ``lag`` tokens back
+        (one tap 1, the others and the bias 0; ``lag`` clamped to the kernel)."""
+        lag = min(lag, self.kernel_size - 1)
+        self.conv.weight.zero_()
+        self.conv.weight[:, 0, self.kernel_size - 1 - lag] = 1.0  # tap K-1 is the current token
+        self.conv.bias.zero_()
+
     def forward(
         self, x: torch.Tensor, cache: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

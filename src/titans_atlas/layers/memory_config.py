@@ -16,12 +16,14 @@ DECAY_TARGETS = ("zero", "init")  # what alpha decays the memory toward
 # Which token an Omega gate gamma_{t,j} is computed from: "step" x_t (every tap's gate from the
 # token closing the window), "tap" x_{t-j} (each tap's gate from the token it weights).
 OMEGA_GATE_SOURCES = ("step", "tap")
-# How the untrained layer's query and key paths start (docs/architectures.md, "Initialisation"):
-# "matched" -- the query projection equal to the key projection and the short convolutions
-# with non-negative taps and no bias, so an untrained query already retrieves its own key;
-# "independent" -- separate random draws and PyTorch's default convolution init (the layer
-# before 2026-12).
-QK_INITS = ("matched", "independent")
+# How the untrained layer's query, key and value paths start (docs/architectures.md,
+# "Initialisation"): "shifted" -- the query projection a copy of the key projection, and the
+# short convolutions as delays: the key reads the previous token, the query and value the
+# current one (H3's shifted keys), so an untrained memory already stores "previous token ->
+# this token" and a query finds the value that followed its token; "matched" -- the same
+# copy, convolutions with non-negative random taps and no bias; "independent" -- separate
+# random draws and PyTorch's default convolution init (the layer before 2026-12).
+QK_INITS = ("matched", "shifted", "independent")
 # The values of the stability fields that give the spec's unbounded layer: what a config
 # saved before they existed (checkpoint format 2) meant.
 UNBOUNDED_GATES = {
@@ -81,9 +83,10 @@ class MemoryConfig:
     "tap" computes gamma_{t,j} from x_{t-j}, the token that tap weights, so a token decides
     its own weight at every age in the window (docs/architectures.md, "Omega gates").
 
-    ``qk_init`` ("matched" | "independent") chooses how the query and key paths are drawn
-    (``QK_INITS``). "matched" makes every seed bind on the recall task where "independent"
-    stuck in about one seed of three (docs/results.md, "Binding in every seed").
+    ``qk_init`` ("shifted" | "matched" | "independent") chooses how the query, key and value
+    paths are drawn (``QK_INITS``). With "shifted" every seed binds on the recall task, where
+    "independent" stuck in about one seed of three (docs/results.md, "Binding in every
+    seed").
     ``momentum_max=0`` removes the momentum (eta = 0; then ``init_momentum`` must be 0): the
     delta rule family, e.g. the registered ``gdn`` model.
     """
@@ -113,7 +116,7 @@ class MemoryConfig:
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
     omega_gate_source: str = "step"  # "step" | "tap": the token gamma_{t,j} is computed from
     conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
-    qk_init: str = "matched"  # "matched" | "independent": see QK_INITS
+    qk_init: str = "shifted"  # "shifted" | "matched" | "independent": see QK_INITS
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
 
     def __post_init__(self) -> None:

@@ -103,21 +103,27 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         N(0, out_std) (default std), gates that give the configured untrained gate values,
         memory weights from the memory model's own initialiser.
 
-        ``config.qk_init == "matched"``: the query rows of ``to_qkv`` are a copy of the key
-        rows and the convolutions start with non-negative taps and no bias
-        (``CausalConv.init_weights``), so an untrained query retrieves what its own token
-        wrote -- the address the memory must learn is there from step 0 and training refines
-        it instead of having to find it (docs/architectures.md, "Initialisation")."""
+        ``config.qk_init``: "matched" copies the key rows of ``to_qkv`` into the query rows and
+        starts the convolutions with non-negative taps and no bias (``CausalConv.init_weights``);
+        "shifted" (the default) does the same copy and starts the convolutions as delays --
+        the key conv passes the previous token, the query and value convs the current one --
+        so the untrained memory writes value x_t at the address of x_{t-1} and a query at a
+        token reads what followed that token last time: the address the memory must learn is
+        there from step 0 and training refines it instead of having to find it
+        (docs/architectures.md, "Initialisation")."""
         out_std = std if out_std is None else out_std
         for linear in (self.to_qkv, self.to_out_gate):
             nn.init.normal_(linear.weight, std=std)
         nn.init.normal_(self.to_out.weight, std=out_std)
-        matched = self.config.qk_init == "matched"
+        matched = self.config.qk_init in ("matched", "shifted")
         if matched:
             width = self.to_qkv.weight.shape[0] // 3  # rows: [q | k | v]
             self.to_qkv.weight[:width] = self.to_qkv.weight[width : 2 * width]
         for conv in self.conv.values():
             conv.init_weights(matched=matched)
+        if self.config.qk_init == "shifted":
+            for name, lag in (("q", 0), ("k", 1), ("v", 0)):
+                self.conv[name].init_shift(lag)
         self.out_norm.reset_parameters()
         self._init_gates()
         if self.config.feature_map == "polynomial":

@@ -48,6 +48,14 @@ class DepthwiseConv1d(nn.Module):
         if matched:
             self.weight, self.bias = mx.abs(self.weight), mx.zeros((channels,))
 
+    def init_shift(self, lag: int) -> None:
+        """A pure delay of ``lag`` tokens (the torch ``CausalConv.init_shift``)."""
+        taps = self.weight.shape[-1]
+        lag = min(lag, taps - 1)
+        delay = (mx.arange(taps) == taps - 1 - lag).astype(self.weight.dtype)
+        self.weight = mx.broadcast_to(delay, self.weight.shape)
+        self.bias = mx.zeros_like(self.bias)
+
 
 class CausalConv(nn.Module):
     """Depthwise causal 1-D convolution over time with a streaming cache.

@@ -65,8 +65,11 @@ class MemoryLayerState:
 
 
 def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
-    """``torch.nn.functional.normalize(x, dim=-1)``: x / max(||x||, eps)."""
-    return x / mx.maximum(mx.sqrt((x * x).sum(axis=-1, keepdims=True)), eps)
+    """``torch.nn.functional.normalize(x, dim=-1)``: x / max(||x||, eps), with torch's zero
+    gradient at x = 0 (the max inside the root: sqrt's derivative at 0 would be inf, and a
+    zero vector is common -- a key delayed past the stream start, ``qk_init="shifted"``)."""
+    squared = (x * x).sum(axis=-1, keepdims=True)
+    return x * mx.rsqrt(mx.maximum(squared, eps * eps))
 
 
 class NeuralMemory(MemoryLayerRules, nn.Module):
@@ -80,8 +83,12 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         head_dim = self.head_dim = dim // num_heads
         width = head_dim * num_heads
         self.to_qkv = nn.Linear(dim, 3 * width, bias=False)
-        matched = config.qk_init == "matched"  # the torch NeuralMemory.init_weights says why
+        # the torch NeuralMemory.init_weights says why
+        matched = config.qk_init in ("matched", "shifted")
         self.conv = {n: CausalConv(width, config.conv_kernel, matched) for n in "qkv"}
+        if config.qk_init == "shifted":
+            for name, lag in (("q", 0), ("k", 1), ("v", 0)):
+                self.conv[name].conv.init_shift(lag)
         self.omega_gates = config.omega_window if config.omega_window > 1 else 0
         self.to_gates = nn.Linear(dim, num_heads * (3 + self.omega_gates))
         self._init_gates()

@@ -41,8 +41,8 @@ RUN_PRESETS: dict[str, dict[str, Any]] = {
                   },
         "data": {"source": "task:kv_multi", "task_args": {"vocab_size": 32, "num_pairs": 4}},
         "optim": {"lr": 3e-3, "warmup_steps": 30},
-        "train": {"steps": 500, "batch_size": 32, "seq_len": 128, "eval_every": 250,
-                  "eval_tokens": 4096, "log_every": 25, "checkpoint_every": 250,
+        "train": {"steps": 300, "batch_size": 32, "seq_len": 128, "eval_every": 150,
+                  "eval_tokens": 4096, "log_every": 25, "checkpoint_every": 150,
                   "sample_tokens": 0, "control": "swa", "out_dir": "runs/recall"},
     },
 }  # fmt: skip
