@@ -24,6 +24,8 @@ OMEGA_GATE_SOURCES = ("step", "tap")
 # copy, convolutions with non-negative random taps and no bias; "independent" -- separate
 # random draws and PyTorch's default convolution init (the layer before 2026-12).
 QK_INITS = ("matched", "shifted", "independent")
+# "shifted": each stream's convolution starts as a delay of this many tokens (both backends)
+SHIFTED_CONV_LAGS = {"q": 0, "k": 1, "v": 0}
 # The values of the stability fields that give the spec's unbounded layer: what a config
 # saved before they existed (checkpoint format 2) meant.
 UNBOUNDED_GATES = {

@@ -33,7 +33,7 @@ from ..ops import (
 from ..validation import check_bool, check_choice, check_heads
 from .basic import CausalConv
 from .hooks import MemoryRead, MemoryWrite, new_hook_table, run_hooks
-from .memory_config import MemoryConfig
+from .memory_config import SHIFTED_CONV_LAGS, MemoryConfig
 
 
 @dataclass
@@ -122,7 +122,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         for conv in self.conv.values():
             conv.init_weights(matched=matched)
         if self.config.qk_init == "shifted":
-            for name, lag in (("q", 0), ("k", 1), ("v", 0)):
+            for name, lag in SHIFTED_CONV_LAGS.items():
                 self.conv[name].init_shift(lag)
         self.out_norm.reset_parameters()
         self._init_gates()

@@ -20,6 +20,7 @@ import mlx.nn as nn
 
 from ...common.memory_layer import MemoryLayerRules
 from ...common.memory_models import build_memory
+from ...layers.memory_config import SHIFTED_CONV_LAGS
 from ...layers.neural_memory import MemoryConfig
 from ...validation import check_heads
 from ..ops import (
@@ -87,7 +88,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         matched = config.qk_init in ("matched", "shifted")
         self.conv = {n: CausalConv(width, config.conv_kernel, matched) for n in "qkv"}
         if config.qk_init == "shifted":
-            for name, lag in (("q", 0), ("k", 1), ("v", 0)):
+            for name, lag in SHIFTED_CONV_LAGS.items():
                 self.conv[name].conv.init_shift(lag)
         self.omega_gates = config.omega_window if config.omega_window > 1 else 0
         self.to_gates = nn.Linear(dim, num_heads * (3 + self.omega_gates))
