@@ -49,8 +49,10 @@ def test_one_task_argument_can_be_set_keeping_the_others():
 def test_wrong_types_and_malformed_overrides_are_errors():
     with pytest.raises(ValueError, match=r"train\.steps takes a int"):
         build_config("debug", overrides=["train.steps=many"])
-    with pytest.raises(ValueError, match="true or false"):
+    with pytest.raises(ValueError, match="true, false or auto"):
         build_config("debug", overrides=["train.compile=3"])
+    with pytest.raises(ValueError, match=r"train\.compile must be auto, true or false"):
+        build_config("debug", overrides=["train.compile=sometimes"])
     with pytest.raises(ValueError, match=r"section\.field=value"):
         build_config("debug", overrides=["train.steps"])
     with pytest.raises(ValueError, match="debug"):
@@ -111,7 +113,7 @@ def test_resume_needs_the_same_global_batch_even_with_the_same_rows(
         ('[train]\nbatch_size = "4"', "train.batch_size takes a int"),  # a TOML string
         ('[model]\ndim = "64"', "dim must be an integer"),
         ('[train]\ncontrol = "null"', "train.control must name a model"),  # not None
-        ("[train]\ncompile = 1", "train.compile takes true or false"),
+        ("[train]\ncompile = 1", "train.compile takes true, false or auto"),
         ("[train]\nout_dir = 5", "train.out_dir takes a str"),
         ("[train]\ncontrol = 7", "train.control takes a str or null"),
         ("[data]\nsource = [1]", "data.source takes a str"),

@@ -85,6 +85,10 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
+        "--compile", choices=("auto", "true", "false"), default="auto",
+        help="compile greedy decoding's step (auto: once eager decoding has taken long enough)",
+    )  # fmt: skip
+    parser.add_argument(
         "--backend", choices=["torch", "mlx"], default="torch",
         help="mlx: run the model with MLX (extra [mlx]), scored by the same code",
     )  # fmt: skip
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             progress.say(f"building prompts of up to {settings.longest():,} tokens")
         evaluator = Evaluator(
             loaded.model, piece_size=settings.piece_size, force=settings.force,
-            on_tokens=progress.tokens,
+            on_tokens=progress.tokens, compile=args.compile,
         )  # fmt: skip
         result = run_task(
             args.task, loaded.model, loaded.tokenizer, settings, evaluator=evaluator,

@@ -16,13 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 import torch
 from torch import nn
 
-from ..generation import Sampler, SamplingConfig, prefill
+from ..compiling import DecodeStep
+from ..generation import Sampler, SamplingConfig, compiled_decode_step, prefill
 from ..io import CheckpointError, load_model
 from ..io.state import load_state, save_state
 from ..io.training import resolve_model_dir
@@ -55,6 +57,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--min-p", type=float)
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--greedy", action="store_true")
+    parser.add_argument(
+        "--compile", choices=("auto", "true", "false"), default="auto",
+        help="compile the decode step (auto: once eager decoding has taken long enough to pay)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int_at_least(0), help="sampling seed (default: random)")
     parser.add_argument("--load-state", help="continue the stream saved in this file")
     parser.add_argument("--save-state", help="save the stream state here at the end")
@@ -114,9 +120,12 @@ def stream_generate(
     seed: int | None,
     out: TextIO,
     device: str = "cpu",
+    step: Callable | None = None,
 ) -> tuple[ModelState, list[int]]:
     """Read ``prompt_ids`` into the stream, then sample and print up to ``max_new_tokens``
-    tokens; every sampled token is read back, so the returned state holds the whole turn."""
+    tokens; every sampled token is read back, so the returned state holds the whole turn.
+    ``step(token [1, 1], state)`` decodes one token (default: the model's forward; the CLI
+    passes a ``DecodeStep`` that compiles when it pays)."""
     if not prompt_ids:
         raise ValueError("the prompt is empty: give --prompt (or a line) some text to continue")
     check_int("max_new_tokens", max_new_tokens, 0)
@@ -128,11 +137,12 @@ def stream_generate(
         logits = out_logits[:, -1]
     sampler = Sampler(sampling, prompt, model.config.vocab_size, seed)
     printer, new = TextPrinter(tokenizer, out), []
+    step = model if step is None else step
     for _ in range(max_new_tokens):
         token = sampler(logits)  # [1]
         new.append(int(token))
         printer.add(int(token))
-        out_logits, state = model(token[:, None], state)
+        out_logits, state = step(token[:, None], state)
         logits = out_logits[:, -1]
         if tokenizer.eos_id is not None and int(token) == tokenizer.eos_id:
             break
@@ -193,12 +203,13 @@ def run_generate(args: argparse.Namespace) -> int:
         )  # fmt: skip
         text = _prompt(args)
         model, tokenizer, state = _load(args)
+        step = _decode_step(model, args)
         if args.interactive:
-            state = _interactive(model, tokenizer, state, sampling, args)
+            state = _interactive(model, tokenizer, state, sampling, args, step)
         else:
             state, _ = stream_generate(
                 model, tokenizer, tokenizer.encode(text), state, args.max_new_tokens, sampling,
-                args.seed, sys.stdout, args.device,
+                args.seed, sys.stdout, args.device, step,
             )  # fmt: skip
             print()
         if args.save_state and state is not None:
@@ -227,14 +238,23 @@ def _prompt(args: argparse.Namespace) -> str | None:
     return args.prompt
 
 
-def _interactive(model, tokenizer, state, sampling, args) -> ModelState | None:
+def _decode_step(model, args: argparse.Namespace) -> DecodeStep:
+    """The one-token step for every turn (so "auto" counts eager time across turns); an MLX
+    model behind the torch API decodes eager."""
+    setting = {"auto": "auto", "true": True, "false": False}[args.compile]
+    if not isinstance(model, LanguageModel):
+        setting = False
+    return DecodeStep(model, lambda: compiled_decode_step(model), setting, args.device)
+
+
+def _interactive(model, tokenizer, state, sampling, args, step) -> ModelState | None:
     """One turn per input line; the state carries every turn (prompts and replies)."""
     print("interactive: each line continues the same stream; end with Ctrl-D", file=sys.stderr)
     for turn, line in enumerate(sys.stdin):
         seed = None if args.seed is None else args.seed + turn
         state, _ = stream_generate(
             model, tokenizer, tokenizer.encode(line), state, args.max_new_tokens, sampling, seed,
-            sys.stdout, args.device,
+            sys.stdout, args.device, step,
         )  # fmt: skip
         sys.stdout.write("\n")
         sys.stdout.flush()

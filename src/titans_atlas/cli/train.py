@@ -131,7 +131,8 @@ def _banner(trainer) -> str:
     return (
         f"{config.model.name}: {model.num_parameters():,} parameters on {trainer.device}; "
         f"data {config.data.source} ({config.data.mode} mode); steps {trainer.step} -> "
-        f"{config.train.steps}; run directory {trainer.run_dir}"
+        f"{config.train.steps}; run directory {trainer.run_dir}; "
+        f"compile: {trainer.compile_choice.reason}"
     )
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..compiling import DecodeStep, check_compile_setting
+from ..generation.decode import compiled_decode_step
 from ..memory_estimate.inference import (
     InferenceEstimate as MemoryEstimate,
 )
@@ -25,6 +27,7 @@ from ..memory_estimate.inference import (
     check_memory,
     estimate_peak_memory,
 )
+from ..models.backbone import LanguageModel
 
 DEFAULT_PIECE = 2048
 
@@ -40,11 +43,20 @@ class Evaluator:
     check_budget: bool = True
     # called with (tokens read, tokens in all) after each piece of a long input: progress
     on_tokens: Callable[[int, int], None] | None = None
+    # greedy decoding's one-token steps: "auto" compiles them once eager decoding has taken
+    # long enough to pay (titans_atlas.compiling); torch LanguageModels only
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.piece_size, int) or self.piece_size < 1:
             raise ValueError(f"piece_size must be an int >= 1, got {self.piece_size!r}")
         self._checked: dict[int, MemoryEstimate] = {}
+        setting = check_compile_setting("compile", self.compile)
+        if not isinstance(self.model, LanguageModel):
+            setting = False  # an MLX model behind the torch API, or a hand-built one
+        self.decode = DecodeStep(
+            self.model, lambda: compiled_decode_step(self.model), setting, self.device
+        )
 
     @property
     def device(self) -> torch.device:
@@ -106,7 +118,7 @@ class Evaluator:
             out.append(token)
             if token in stop_ids or len(out) == max_new_tokens:
                 break
-            next_logits, state = self.model(self.as_tensor([token]), state=state)
+            next_logits, state = self.decode(self.as_tensor([token]), state)
             logits = next_logits[0, -1].float()
         return out
 

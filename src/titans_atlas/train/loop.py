@@ -14,12 +14,14 @@ agree on the reported loss, evaluation, non-finite stops and signals.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ..compiling import TRAIN_PROBE_STEPS, TrainCompileChoice, fallback_message
 from ..io import CheckpointError
 from ..io.run_dir import clear_earlier_run, fresh_run, lock_run_dir
 from ..io.sharded import load_training_state, save_sharded
@@ -109,8 +111,13 @@ class Trainer:
             self.model.set_runtime(memory_checkpoint=True)
         if loop.activation_checkpoint:
             enable_activation_checkpointing(self.model)
-        wrapped = self.parallel.wrap(self.model, stream=self.stream)
-        self.forward = torch.compile(wrapped) if loop.compile else wrapped
+        self.eager_forward = self.parallel.wrap(self.model, stream=self.stream)
+        self.compile_choice = TrainCompileChoice.start(loop.compile, self.device)
+        self.forward, self._compile_unproven = self.eager_forward, False
+        if self.compile_choice.use:
+            self._compile()
+        self._probe_s: list[float] = []
+        self.say = self._say_stderr  # run() routes messages through its log
         self.reset = self.parallel.row_reset(self.model) if self.stream else None
         self.optimizer = build_optimizer(self.model, config.optim)
         self.step, self.best_val, self.carried = 0, None, None
@@ -139,8 +146,55 @@ class Trainer:
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise CheckpointError(f"{directory}: its data cursor does not fit: {err}") from err
 
+    # -- compile (train.compile: "auto" / true / false) -------------------------------------
+    def _compile(self) -> None:
+        self.forward = torch.compile(self.eager_forward)
+        self._compile_unproven = True  # compilation happens in the first step: it may fail
+
+    def _say_stderr(self, text: str) -> None:
+        if self.parallel.main:
+            print(text, file=sys.stderr, flush=True)
+
+    def _probe_compile(self, seconds: float) -> None:
+        """ "auto": time the first eager steps, then compile if the rest of the run pays."""
+        self._probe_s.append(seconds)
+        if len(self._probe_s) < TRAIN_PROBE_STEPS:
+            return
+        steps_left = self.config.train.steps - self.step
+        # every rank decides alike: one that would compile makes all compile
+        if self.parallel.any(self.compile_choice.decide(min(self._probe_s), steps_left)):
+            self.compile_choice.use = True
+            self._compile()
+        self.say(f"compile: {self.compile_choice.reason}")
+
     # -- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
+        """One optimiser step. The first compiled step is guarded: if compilation raises (in
+        the forward or the backward), the step is redone eager on the same micro-batches and
+        the run goes on eager, with one line saying so."""
+        start = time.perf_counter()
+        carried_in, batches = self.carried, []
+        if not self._compile_unproven:
+            metrics = self._step(batches)
+        else:
+            try:
+                metrics = self._step(batches)
+            except NonFiniteError:
+                raise
+            except Exception as err:  # a compiler failure; a model error raises again below
+                self.forward, self.carried = self.eager_forward, carried_in
+                self.compile_choice.use = False
+                self.compile_choice.reason = "compile failed: eager"
+                self.say(f"compile: {fallback_message(err)}")
+                metrics = self._step(batches)
+            self._compile_unproven = False
+        if self.compile_choice.pending:
+            self._probe_compile(time.perf_counter() - start)
+        return metrics
+
+    def _step(self, batches: list) -> dict[str, float]:
+        """The step proper; ``batches`` holds its micro-batches once drawn, so a retry takes
+        the same ones."""
         loop = self.config.train
         lr = learning_rate(self.step, loop.steps, self.config.optim)
         set_learning_rate(self.optimizer, lr)
@@ -148,7 +202,9 @@ class Trainer:
         sums, counts, tokens, fresh = [], [], 0, not self.stream
         carried_in = self.carried
         for micro in range(loop.grad_accum):
-            batch = self.pipeline.train.next()
+            if micro == len(batches):
+                batches.append(self.pipeline.train.next())
+            batch = batches[micro]
             inputs, labels = batch.inputs.to(self.device), batch.labels.to(self.device)
             state = None
             if self.stream:
@@ -251,6 +307,7 @@ class Trainer:
                 tensorboard=loop.tensorboard,
             )  # fmt: skip
             gates, result = GateStats(self.model), TrainResult(self.run_dir, self.step)
+            self.say = log.say
             stop = SignalFlag()
             try:
                 self._run_steps(log, gates, result, stop)

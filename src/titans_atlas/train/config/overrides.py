@@ -66,6 +66,7 @@ def _parse(value: str) -> Any:
 # Field annotation -> (the Python types its values may have, how an error names them).
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "bool": ((bool,), "true or false"),
+    "bool | str": ((bool, str), "true, false or auto"),
     "int": ((int,), "a int"),  # "a int": the wording scripts and tests already match
     "float": ((float, int), "a float"),
     "str": ((str,), "a str"),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from ...compiling import check_compile_setting
 from ...models.backbone import MODELS, model_config
 from ...models.config import ModelConfig
 from ...validation import check_bool, check_number
@@ -113,7 +114,11 @@ class TrainConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     precision: str = "auto"  # "auto" (bf16 autocast on CUDA, fp32 on CPU) | "fp32" | "bf16"
     threads: int = 0  # torch CPU threads (0: torch's default)
-    compile: bool = False
+    # "auto": compile when the run is long enough to earn the compile time back (decided from
+    # its first steps' time, titans_atlas.compiling), and never where it cannot work; a
+    # compile that fails falls back to eager with one line. For bit-exact resume across a
+    # stop, set true or false: "auto" decides again, from the time left, when it resumes.
+    compile: bool | str = "auto"
     memory_checkpoint: bool = False  # recompute the memory's chunks in backward
     activation_checkpoint: bool = False  # recompute each block in backward
     # Several processes (torchrun): "auto" = DDP under a multi-process launch, else one
@@ -144,7 +149,8 @@ class TrainConfig:
             _at_least(f"train.{name}", getattr(self, name), 0)
         _at_least("train.threads", self.threads, 0)  # 0: torch's default
         check_number("train.grad_clip", self.grad_clip, 0.0, open_low=False)  # 0: no clipping
-        for name in ("compile", "memory_checkpoint", "activation_checkpoint", "export_model",
+        self.compile = check_compile_setting("train.compile", self.compile)
+        for name in ("memory_checkpoint", "activation_checkpoint", "export_model",
                      "tensorboard", "progress"):  # fmt: skip
             check_bool(f"train.{name}", getattr(self, name))
         if self.precision not in ("auto", "fp32", "bf16"):

@@ -1,0 +1,182 @@
+"""When to ``torch.compile``: the choice behind ``train.compile = "auto"`` and the decoding of
+``titans generate`` / ``titans eval`` (``--compile auto``), and the fallback to eager when
+compilation fails.
+
+Compiling costs a fixed time up front (tens of seconds to a few minutes on a CPU, the cold
+inductor cache being the slow end) and then saves a fraction of every step. "auto" compiles
+only where that pays, from measurements (docs/benchmarks.md, "What you get by default"):
+
+- **training** knows its length: after its first eager steps it projects the time the rest of
+  the run would take eager, and compiles when that is at least ``TRAIN_PAYS_AFTER_S``;
+- **decoding** does not know how many tokens will follow (interactive turns, an evaluation's
+  next sample), so it rents before it buys: it decodes eager until eager decoding has taken
+  ``DECODE_PAYS_AFTER_S`` in all, then compiles -- never more than twice the better choice's
+  time (the ski-rental rule), whatever comes next.
+
+Either way a compile that raises is not a crash: the caller gets ``False`` from
+``guarded_call`` and a one-line reason, and carries on eager.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# Measured (docs/benchmarks.md): the MAC benchmark step compiles in 52 s with a warm inductor
+# cache and 211 s with a cold one, and compiled it takes 0.60-0.68x the eager time. Compiling
+# pays once the eager remainder exceeds compile_s / 0.32: 160 s warm, 660 s cold. 600 s keeps
+# a cold compile within ~10% of paying for itself and a warm one well inside.
+TRAIN_PAYS_AFTER_S = 600.0
+TRAIN_PROBE_STEPS = 2  # eager steps timed before "auto" decides (the faster one counts)
+# The decode step compiles in 20-36 s (lmm / MAC) and then runs 3.7-4.5x as fast.
+DECODE_PAYS_AFTER_S = 30.0
+SETTINGS = ("auto", True, False)
+
+
+def check_compile_setting(name: str, value: Any) -> bool | str:
+    """``value`` as one of "auto" / True / False (the strings "true"/"false"/"on"/"off" as the
+    command line writes them); anything else is refused by ``name``."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        words = {"auto": "auto", "true": True, "on": True, "false": False, "off": False}
+        if lowered in words:
+            return words[lowered]
+    elif isinstance(value, bool):
+        return value
+    raise ValueError(f"{name} must be auto, true or false, got {value!r}")
+
+
+def compile_unavailable(device: torch.device | str) -> str | None:
+    """Why ``torch.compile`` cannot be expected to work here, or None when it can: dynamo must
+    support this Python, and inductor needs a C++ compiler on CPU and Triton on CUDA. MPS is
+    left eager (inductor's Metal backend is still a prototype)."""
+    kind = torch.device(device).type
+    if not torch._dynamo.is_dynamo_supported():
+        return f"torch.compile does not support Python {sys.version.split()[0]} here"
+    if kind == "cpu":
+        compilers = [os.environ.get("CXX"), "c++", "g++", "clang++", "cl"]
+        if not any(name and shutil.which(name) for name in compilers):
+            return "no C++ compiler found (inductor needs one on CPU; set CXX or install g++)"
+        return None
+    if kind == "cuda":
+        from torch.utils._triton import has_triton  # optional: only CUDA builds use it
+
+        return None if has_triton() else "Triton is not installed (inductor needs it on CUDA)"
+    return f"auto compiles on CPU and CUDA only, not on {kind}"
+
+
+@dataclass
+class TrainCompileChoice:
+    """What ``train.compile`` resolved to. ``pending``: "auto" still has to time its first
+    eager steps before it decides (``decide``)."""
+
+    setting: bool | str
+    use: bool
+    reason: str
+    pending: bool = False
+
+    @classmethod
+    def start(cls, setting: bool | str, device: torch.device | str) -> TrainCompileChoice:
+        if setting is False:
+            return cls(setting, False, "train.compile=false")
+        missing = compile_unavailable(device)
+        if setting is True:  # asked for: tried even so, and a failure falls back
+            return cls(setting, True, "train.compile=true")
+        if missing is not None:
+            return cls(setting, False, f"auto: {missing}")
+        return cls(setting, False, f"auto: decided after {TRAIN_PROBE_STEPS} eager steps", True)
+
+    def decide(self, step_seconds: float, steps_left: int) -> bool:
+        """Settle "auto" from the probe's step time; True when it now compiles."""
+        projected = step_seconds * steps_left
+        self.pending, self.use = False, projected >= TRAIN_PAYS_AFTER_S
+        verdict = "compiling" if self.use else "eager"
+        self.reason = (
+            f"auto: {verdict}; the remaining {steps_left} steps would take ~{projected:.0f} s "
+            f"eager ({step_seconds:.2f} s/step), compiling pays from ~{TRAIN_PAYS_AFTER_S:.0f} s"
+        )
+        return self.use
+
+
+def fallback_message(err: BaseException) -> str:
+    """One line saying that compilation failed and the run goes on eager."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"torch.compile failed ({type(err).__name__}: {first[:200]}); continuing eager"
+
+
+class DecodeStep:
+    """``step(token [B, 1], state) -> (logits [B, 1, V], state)`` for a decoding loop, with
+    ``compile`` = "auto" / True / False. "auto" decodes eager until eager decoding has taken
+    ``pays_after_s`` in all (across every stream this object decodes), then compiled (built by
+    ``make_compiled``); a compiled step that raises is dropped for eager with one line on
+    ``warn``. Eager and compiled steps compute the same function."""
+
+    def __init__(
+        self,
+        model: Callable,
+        make_compiled: Callable[[], Callable],
+        compile: bool | str = "auto",
+        device: torch.device | str = "cpu",
+        pays_after_s: float = DECODE_PAYS_AFTER_S,
+        warn: Callable[[str], None] | None = None,
+    ):
+        self.setting = check_compile_setting("compile", compile)
+        self.model, self.make_compiled = model, make_compiled
+        self.pays_after_s, self.eager_s = pays_after_s, 0.0
+        self.warn = warn if warn is not None else _stderr
+        self.compiled: Callable | None = None
+        self.reason = "compile=false" if self.setting is False else "compile=true"
+        self.failed = False
+        if self.setting == "auto":
+            missing = compile_unavailable(device)
+            self.failed = missing is not None  # never tried
+            self.reason = f"auto: {missing}" if missing else "auto: eager until it would pay"
+        if self.setting is True:
+            self.compiled = make_compiled()
+
+    def __call__(self, token: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        if self.compiled is None and self._pays():
+            self.compiled = self.make_compiled()
+            self.reason = f"auto: compiled after {self.eager_s:.0f} s of eager decoding"
+            self.warn(f"compile: {self.reason}")
+        if self.compiled is not None:
+            ok, result = guarded_call(self.compiled, (token, state), self.warn)
+            if ok:
+                return result
+            self.compiled, self.failed = None, True
+            self.reason = "compile failed: eager"
+        start = time.perf_counter()
+        result = self.model(token, state)
+        self.eager_s += time.perf_counter() - start
+        return result
+
+    @property
+    def is_compiled(self) -> bool:
+        return self.compiled is not None
+
+    def _pays(self) -> bool:
+        return self.setting == "auto" and not self.failed and self.eager_s >= self.pays_after_s
+
+
+def guarded_call(
+    compiled: Callable, args: tuple, warn: Callable[[str], None] | None = None
+) -> tuple[bool, Any]:
+    """``(True, compiled(*args))``, or ``(False, None)`` after one line on ``warn`` when it
+    raises: compilation happens on a compiled function's first calls, so that is where it
+    fails. A genuine error in the model raises again from the eager call that follows."""
+    try:
+        return True, compiled(*args)
+    except Exception as err:  # any compiler failure: backend, dynamo, a missing toolchain
+        (warn or _stderr)(fallback_message(err))
+        return False, None
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,111 @@
+"""Decoding with ``compile`` = "auto" / true / false (``titans_atlas.compiling.DecodeStep``, used
+by ``titans generate`` and ``titans eval``): "auto" rents eager decoding until it has taken the
+pay-off time, then compiles; a compiled step that raises costs one line and the eager tokens."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import titans_atlas as ta
+from titans_atlas.compiling import DecodeStep
+from titans_atlas.eval.inference import Evaluator
+
+VOCAB = 40
+
+
+@pytest.fixture(scope="module")
+def model() -> ta.LanguageModel:
+    torch.manual_seed(0)
+    return ta.create_model(
+        "lmm", vocab_size=VOCAB, dim=32, depth=2, num_heads=2, window=8, chunk_size=4
+    ).double()
+
+
+def greedy_tokens(step, model, n: int = 12) -> list[int]:
+    logits, state = model(torch.tensor([[1, 2, 3]]), None, last_only=True)
+    out = []
+    for _ in range(n):
+        token = logits[:, -1].argmax(-1, keepdim=True)  # [1, 1]
+        out.append(int(token))
+        logits, state = step(token, state)
+    return out
+
+
+class Counting:
+    """A stand-in compiled step: counts its calls, then runs the model or raises."""
+
+    def __init__(self, model, fail: bool = False):
+        self.model, self.fail, self.calls, self.built = model, fail, 0, 0
+
+    def make(self):
+        self.built += 1
+        return self
+
+    def __call__(self, token, state):
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("BackendCompilerFailed: a fake compiler error")
+        return self.model(token, state)
+
+
+def test_auto_rents_eager_then_compiles_once_it_pays(model):
+    compiled = Counting(model)
+    never = DecodeStep(model, compiled.make, "auto", pays_after_s=math.inf)
+    reference = greedy_tokens(never, model)
+    assert compiled.built == 0 and not never.is_compiled
+
+    step = DecodeStep(model, compiled.make, "auto", pays_after_s=0.0, warn=lambda m: None)
+    assert greedy_tokens(step, model) == reference
+    # 0 s of eager decoding already pays: every step is the compiled one, built once
+    assert compiled.built == 1 and compiled.calls == 12 and step.is_compiled
+    assert step.reason.startswith("auto: compiled after")
+
+
+def test_a_failing_compiled_step_falls_back_to_the_same_tokens(model):
+    lines: list[str] = []
+    reference = greedy_tokens(DecodeStep(model, lambda: None, False), model)
+    broken = Counting(model, fail=True)
+    step = DecodeStep(model, broken.make, True, warn=lines.append)
+    assert greedy_tokens(step, model) == reference
+    assert broken.calls == 1 and not step.is_compiled and step.reason == "compile failed: eager"
+    assert len(lines) == 1 and lines[0].startswith("torch.compile failed (RuntimeError")
+
+    broken_auto = Counting(model, fail=True)
+    auto = DecodeStep(model, broken_auto.make, "auto", pays_after_s=0.0, warn=lines.append)
+    assert greedy_tokens(auto, model) == reference
+    assert broken_auto.built == 1  # tried once, never again
+
+
+def test_false_never_builds_a_compiled_step(model):
+    built = Counting(model)
+    step = DecodeStep(model, built.make, False, pays_after_s=0.0)
+    greedy_tokens(step, model)
+    assert built.built == 0
+
+
+def test_bad_setting_is_refused_by_name(model):
+    with pytest.raises(ValueError, match="compile must be auto, true or false"):
+        DecodeStep(model, lambda: None, "yes")
+    with pytest.raises(ValueError, match="compile must be auto, true or false"):
+        Evaluator(model, compile="fast")
+
+
+def test_evaluator_greedy_is_the_same_compiled_or_not(model):
+    eager = Evaluator(model, check_budget=False).greedy([1, 2, 3], 6)
+    evaluator = Evaluator(model, check_budget=False, compile="auto")
+    compiled = Counting(model)
+    evaluator.decode = DecodeStep(model, compiled.make, "auto", pays_after_s=0.0)
+    assert evaluator.greedy([1, 2, 3], 6) == eager and compiled.calls > 0
+
+
+@pytest.mark.slow
+def test_a_really_compiled_decode_step_gives_the_eager_tokens(model):
+    """torch.compile itself (inductor on CPU needs a C++ compiler): same greedy tokens."""
+    from titans_atlas.generation import compiled_decode_step
+
+    step = DecodeStep(model, lambda: compiled_decode_step(model), True)
+    reference = greedy_tokens(DecodeStep(model, lambda: None, False), model)
+    assert greedy_tokens(step, model) == reference and step.is_compiled
