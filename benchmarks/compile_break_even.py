@@ -1,7 +1,7 @@
 """When does compiling a training run pay? For each run preset: the compile time, the eager and
 compiled step times (alternating in one process, so the machine's load hits both alike), the
-break-even (steps, and eager seconds of the remaining run), and what ``train.compile="auto"``
-chooses for the preset as shipped -- the measurement behind ``TRAIN_PAYS_AFTER_S``
+break-even in steps, and what ``train.compile="auto"`` chooses for the preset as shipped --
+the measurement behind ``TRAIN_PAYS_AFTER_STEPS``
 (``titans_atlas.compiling``; docs/benchmarks.md, "What you get by default").
 
     python benchmarks/compile_break_even.py --presets recall quickstart --rounds 5
@@ -50,8 +50,8 @@ def measure(preset: str, rounds: int, threads: int) -> dict:
     return {
         "preset": preset, "eager_s": eager_s, "compiled_s": compiled_s,
         "speedup": eager_s / compiled_s, "compile_s": compile_s, "break_even_steps": steps,
-        "break_even_eager_s": steps * eager_s, "steps": total_steps,
-        "auto": "compile" if eager_s * total_steps >= compiling.TRAIN_PAYS_AFTER_S else "eager",
+        "compile_in_steps": compile_s / eager_s, "steps": total_steps,
+        "auto": "compile" if total_steps >= compiling.TRAIN_PAYS_AFTER_STEPS else "eager",
         "compile_pays": total_steps > steps,
     }  # fmt: skip
 
@@ -64,13 +64,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print("| preset | steps | eager s/step | compiled s/step | speed-up | compile s | "
-          "break-even steps | = eager s | auto picks | compiling pays |")  # fmt: skip
+          "compile = eager steps | break-even steps | auto picks | compiling pays |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
     for preset in args.presets:
         r = measure(preset, args.rounds, args.threads)
         print(f"| {preset} | {r['steps']} | {r['eager_s']:.3f} | {r['compiled_s']:.3f} | "
-              f"{r['speedup']:.2f}x | {r['compile_s']:.0f} | {r['break_even_steps']:.0f} | "
-              f"{r['break_even_eager_s']:.0f} | {r['auto']} | "
+              f"{r['speedup']:.2f}x | {r['compile_s']:.0f} | {r['compile_in_steps']:.0f} | "
+              f"{r['break_even_steps']:.0f} | {r['auto']} | "
               f"{'yes' if r['compile_pays'] else 'no'} |", flush=True)  # fmt: skip
 
 

@@ -6,8 +6,9 @@ Compiling costs a fixed time up front (tens of seconds to a few minutes on a CPU
 inductor cache being the slow end) and then saves a fraction of every step. "auto" compiles
 only where that pays, from measurements (docs/benchmarks.md, "What you get by default"):
 
-- **training** knows its length: after its first eager steps it projects the time the rest of
-  the run would take eager, and compiles when that is at least ``TRAIN_PAYS_AFTER_S``;
+- **training** knows its length: it compiles when at least ``TRAIN_PAYS_AFTER_STEPS`` steps
+  are left (a compile costs about as much as a fixed number of eager steps, however loaded
+  the machine, so the break-even is a step count);
 - **decoding** does not know how many tokens will follow (interactive turns, an evaluation's
   next sample), so it rents before it buys: it decodes eager until eager decoding has taken
   ``DECODE_PAYS_AFTER_S`` in all, then compiles -- never more than twice the better choice's
@@ -29,12 +30,11 @@ from typing import Any
 
 import torch
 
-# Measured (docs/benchmarks.md): the MAC benchmark step compiles in 52 s with a warm inductor
-# cache and 211 s with a cold one, and compiled it takes 0.60-0.68x the eager time. Compiling
-# pays once the eager remainder exceeds compile_s / 0.32: 160 s warm, 660 s cold. 600 s keeps
-# a cold compile within ~10% of paying for itself and a warm one well inside.
-TRAIN_PAYS_AFTER_S = 600.0
-TRAIN_PROBE_STEPS = 2  # eager steps timed before "auto" decides (the faster one counts)
+# Measured (docs/benchmarks.md, "What you get by default"): with a cold inductor cache a
+# compile takes as long as ~350 eager steps -- the recall preset's lmm 348, the MAC benchmark
+# 211 s / 0.6 s -- in any load, since both times stretch alike, and a compiled step then takes
+# 0.60-0.68x an eager one. So compiling pays after ~350 / 0.35 = 1,000 steps.
+TRAIN_PAYS_AFTER_STEPS = 1000
 # The decode step compiles in 20-36 s (lmm / MAC) and then runs 3.7-4.5x as fast.
 DECODE_PAYS_AFTER_S = 30.0
 SETTINGS = ("auto", True, False)
@@ -74,35 +74,31 @@ def compile_unavailable(device: torch.device | str) -> str | None:
 
 @dataclass
 class TrainCompileChoice:
-    """What ``train.compile`` resolved to. ``pending``: "auto" still has to time its first
-    eager steps before it decides (``decide``)."""
+    """What ``train.compile`` resolved to, and why (the banner shows ``reason``)."""
 
     setting: bool | str
     use: bool
     reason: str
-    pending: bool = False
 
     @classmethod
-    def start(cls, setting: bool | str, device: torch.device | str) -> TrainCompileChoice:
+    def decide(
+        cls, setting: bool | str, device: torch.device | str, steps_left: int
+    ) -> TrainCompileChoice:
+        """``setting`` for a run with ``steps_left`` steps to go on ``device``."""
         if setting is False:
             return cls(setting, False, "train.compile=false")
-        missing = compile_unavailable(device)
-        if setting is True:  # asked for: tried even so, and a failure falls back
+        if setting is True:  # asked for: tried even where it may not work, and falls back
             return cls(setting, True, "train.compile=true")
+        missing = compile_unavailable(device)
         if missing is not None:
-            return cls(setting, False, f"auto: {missing}")
-        return cls(setting, False, f"auto: decided after {TRAIN_PROBE_STEPS} eager steps", True)
-
-    def decide(self, step_seconds: float, steps_left: int) -> bool:
-        """Settle "auto" from the probe's step time; True when it now compiles."""
-        projected = step_seconds * steps_left
-        self.pending, self.use = False, projected >= TRAIN_PAYS_AFTER_S
-        verdict = "compiling" if self.use else "eager"
-        self.reason = (
-            f"auto: {verdict}; the remaining {steps_left} steps would take ~{projected:.0f} s "
-            f"eager ({step_seconds:.2f} s/step), compiling pays from ~{TRAIN_PAYS_AFTER_S:.0f} s"
-        )
-        return self.use
+            return cls(setting, False, f"auto: eager, {missing}")
+        pays = steps_left >= TRAIN_PAYS_AFTER_STEPS
+        verdict = "compiled" if pays else "eager"
+        return cls(
+            setting, pays,
+            f"auto: {verdict}, {steps_left} steps to go (compiling pays from "
+            f"~{TRAIN_PAYS_AFTER_STEPS})",
+        )  # fmt: skip
 
 
 def fallback_message(err: BaseException) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..compiling import TRAIN_PROBE_STEPS, TrainCompileChoice, fallback_message
+from ..compiling import TrainCompileChoice, fallback_message
 from ..io import CheckpointError
 from ..io.run_dir import clear_earlier_run, fresh_run, lock_run_dir
 from ..io.sharded import load_training_state, save_sharded
@@ -112,17 +112,19 @@ class Trainer:
         if loop.activation_checkpoint:
             enable_activation_checkpointing(self.model)
         self.eager_forward = self.parallel.wrap(self.model, stream=self.stream)
-        self.compile_choice = TrainCompileChoice.start(loop.compile, self.device)
         self.forward, self._compile_unproven = self.eager_forward, False
-        if self.compile_choice.use:
-            self._compile()
-        self._probe_s: list[float] = []
         self.say = self._say_stderr  # run() routes messages through its log
         self.reset = self.parallel.row_reset(self.model) if self.stream else None
         self.optimizer = build_optimizer(self.model, config.optim)
         self.step, self.best_val, self.carried = 0, None, None
         if resume:
             self._resume(resume)
+        # after a resume: "auto" counts the steps still to go
+        self.compile_choice = TrainCompileChoice.decide(
+            loop.compile, self.device, loop.steps - self.step
+        )
+        if self.compile_choice.use:
+            self._compile()
 
     def _resume(self, resume: bool | str) -> None:
         where = self.run_dir if resume is True else Path(resume)
@@ -155,24 +157,11 @@ class Trainer:
         if self.parallel.main:
             print(text, file=sys.stderr, flush=True)
 
-    def _probe_compile(self, seconds: float) -> None:
-        """ "auto": time the first eager steps, then compile if the rest of the run pays."""
-        self._probe_s.append(seconds)
-        if len(self._probe_s) < TRAIN_PROBE_STEPS:
-            return
-        steps_left = self.config.train.steps - self.step
-        # every rank decides alike: one that would compile makes all compile
-        if self.parallel.any(self.compile_choice.decide(min(self._probe_s), steps_left)):
-            self.compile_choice.use = True
-            self._compile()
-        self.say(f"compile: {self.compile_choice.reason}")
-
     # -- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         """One optimiser step. The first compiled step is guarded: if compilation raises (in
         the forward or the backward), the step is redone eager on the same micro-batches and
         the run goes on eager, with one line saying so."""
-        start = time.perf_counter()
         carried_in, batches = self.carried, []
         if not self._compile_unproven:
             metrics = self._step(batches)
@@ -188,8 +177,6 @@ class Trainer:
                 self.say(f"compile: {fallback_message(err)}")
                 metrics = self._step(batches)
             self._compile_unproven = False
-        if self.compile_choice.pending:
-            self._probe_compile(time.perf_counter() - start)
         return metrics
 
     def _step(self, batches: list) -> dict[str, float]:
