@@ -30,11 +30,13 @@ from typing import Any
 
 import torch
 
-# Measured (docs/benchmarks.md, "What you get by default"): with a cold inductor cache a
-# compile takes as long as ~350 eager steps -- the recall preset's lmm 348, the MAC benchmark
-# 211 s / 0.6 s -- in any load, since both times stretch alike, and a compiled step then takes
-# 0.60-0.68x an eager one. So compiling pays after ~350 / 0.35 = 1,000 steps.
-TRAIN_PAYS_AFTER_STEPS = 1000
+# Measured (docs/benchmarks.md, "What you get by default", benchmarks/compile_break_even.py):
+# with a cold inductor cache a compile takes as long as a fixed number of eager steps, whatever
+# the machine's load (both stretch alike) -- 348 for the recall preset's lmm, 980 for the
+# quickstart MAG, ~350 for the MAC benchmark -- and a compiled step then takes 0.65-0.68x an
+# eager one. Compiling pays after 1,005, 3,060 and ~1,100 steps; from 3,000 it pays (or
+# nearly) in every case measured, and with a warm cache from a few hundred.
+TRAIN_PAYS_AFTER_STEPS = 3000
 # The decode step compiles in 20-36 s (lmm / MAC) and then runs 3.7-4.5x as fast.
 DECODE_PAYS_AFTER_S = 30.0
 SETTINGS = ("auto", True, False)

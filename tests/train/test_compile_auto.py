@@ -51,7 +51,7 @@ def test_a_short_run_stays_eager_and_says_why(tmp_path):
     assert not trainer.compile_choice.use and trainer.forward is trainer.eager_forward
     reason = trainer.compile_choice.reason
     if "C++" not in reason:
-        assert reason == "auto: eager, 4 steps to go (compiling pays from ~1000)"
+        assert reason == "auto: eager, 4 steps to go (compiling pays from ~3000)"
 
 
 @pytest.mark.parametrize("where", ["forward", "backward"])
@@ -107,7 +107,7 @@ def test_decide_from_the_setting_the_platform_and_the_steps_left():
     assert decide(False, "cpu", 10**6).reason == "train.compile=false"
     assert decide(True, "cpu", 1).use  # asked for: tried, with the fallback
     if compiling.compile_unavailable("cpu") is None:
-        assert decide("auto", "cpu", 1000).use and not decide("auto", "cpu", 999).use
+        assert decide("auto", "cpu", 3000).use and not decide("auto", "cpu", 2999).use
     assert not decide("auto", "mps", 10**6).use  # not a platform auto compiles on
     assert "CPU and CUDA only" in decide("auto", "mps", 10**6).reason
 

@@ -68,7 +68,9 @@ def enable_activation_checkpointing(model: LanguageModel) -> None:
 
 
 class GateStats:
-    """Forward pre-hooks that record each memory layer's mean gates while ``active``."""
+    """Forward pre-hooks that record each memory layer's mean gates while ``active``. They keep
+    the means as tensors and ``collect`` reads them: a ``float()`` inside the hook would be a
+    host sync per layer and, under ``torch.compile``, a graph break."""
 
     def __init__(self, model: LanguageModel) -> None:
         self.layers = memory_layers(model)
@@ -84,13 +86,13 @@ class GateStats:
             with torch.no_grad():
                 lr, momentum, decay, _ = module._gates(args[0])  # each [B, T, H]
                 for name, gate in (("lr", lr), ("momentum", momentum), ("decay", decay)):
-                    self.sums[index][name] = float(gate.float().mean())
+                    self.sums[index][name] = gate.detach().float().mean()
 
         return record
 
     def collect(self) -> list[dict[str, float]]:
         values, self.sums = self.sums, [dict() for _ in self.layers]
-        return values
+        return [{name: float(mean) for name, mean in layer.items()} for layer in values]
 
     def remove(self) -> None:
         for handle in self.handles:
