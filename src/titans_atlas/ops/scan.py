@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -23,18 +24,10 @@ from .scan_reference import memory_scan_reference
 from .state import MemoryState
 
 
-def _fused_triton(
-    memory: MemoryModel,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-) -> tuple[torch.Tensor, MemoryState]:
+def _fused_triton(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, MemoryState]:
     """``ops.triton.memory_scan_triton`` (docs/gpu.md), imported on first use: ``import
-    titans_atlas`` never imports triton (an optional extra)."""
+    titans_atlas`` never imports triton (an optional extra). A pass-through: it takes the
+    forms' one signature, which ``memory_scan_chunk`` states."""
     if importlib.util.find_spec("triton") is None:
         raise ValueError(
             "impl='triton' needs the triton package: pip install 'titans-atlas[triton]' "
@@ -42,7 +35,7 @@ def _fused_triton(
         )
     from .triton import memory_scan_triton as fused
 
-    return fused(memory, q, k, v, gates=gates, state=state, options=options)
+    return fused(*args, **kwargs)
 
 
 IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk, "triton": _fused_triton}
