@@ -22,10 +22,13 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ..validation import check_heads
+from ..common.attention import (  # noqa: F401  (VisibilityRule: re-exported)
+    QUERY_BLOCK,
+    AttentionLayout,
+    VisibilityRule,
+)
 from .basic import apply_rotary, rotary_tables
 
-QUERY_BLOCK = 512  # queries per SDPA call: bounds the mask and score memory on long inputs
 EMPTY_POSITION = -(2**62)  # an empty cache slot: out of every window and segment
 
 
@@ -39,59 +42,17 @@ class KVCache:
     positions: torch.Tensor  # [S*L] absolute positions (int64), EMPTY_POSITION when unused
 
 
-@dataclass(frozen=True)
-class VisibilityRule:
-    """Which earlier tokens a query sees: all (None, None), a window, or its segment."""
-
-    window: int | None = None
-    segment: int | None = None
-
-    def allowed(self, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        """Boolean ``[Tq, Tk]``: may the query at ``query_pos[i]`` attend ``key_pos[j]``?"""
-        q, k = query_pos[:, None], key_pos[None, :]
-        ok = k <= q
-        if self.window is not None:
-            ok = ok & (q - k < self.window)
-        if self.segment is not None:
-            ok = ok & (q // self.segment == k // self.segment)
-        return ok
-
-    def first_visible(self, position: int) -> int:
-        """Earliest key position a query at ``position`` or later may still see."""
-        first = 0
-        if self.window is not None:
-            first = max(first, position - self.window + 1)
-        if self.segment is not None:
-            first = max(first, position - position % self.segment)
-        return first
-
-    @property
-    def capacity(self) -> int | None:
-        """Cache slots per source: earlier tokens a query may see (None: unbounded)."""
-        spans = [span - 1 for span in (self.window, self.segment) if span is not None]
-        return min(spans) if spans else None
-
-
-class Attention(nn.Module):
+class Attention(AttentionLayout, nn.Module):
     """Multi-head causal attention ``[B, T, D] -> [B, T, D]`` with rotary positions.
 
     ``context`` (MAC's retrieved memory tokens, ``[B, T, D]``) adds keys/values that sit at the
-    same positions as the input tokens; queries come from the input only.
+    same positions as the input tokens; queries come from the input only. Construction:
+    ``common/attention.py``'s ``AttentionLayout`` (shared with the MLX mirror).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        rule: VisibilityRule,
-        num_persistent: int = 0,
-        rope_base: float = 10000.0,
-    ) -> None:
-        super().__init__()
-        check_heads(dim, num_heads)
-        self.num_heads, self.rule, self.rope_base = num_heads, rule, rope_base
-        self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.to_out = nn.Linear(dim, dim, bias=False)
+    linear = nn.Linear
+
+    def _init_parameters(self, dim: int, num_persistent: int) -> None:
         # Persistent memory tokens live in model space and go through the key/value projections.
         self.persistent = nn.Parameter(torch.empty(num_persistent, dim)) if num_persistent else None
         self.init_weights()

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..common.blocks import attention_args
-from ..layers.attention import Attention, KVCache, VisibilityRule
+from ..common.blocks import BlockParts, FeedForwardFlow, GateNorms, ResidualAttentionFlow
+from ..layers.attention import Attention, KVCache
 from ..layers.basic import SwiGLU
-from ..layers.neural_memory import MemoryLayerState
+from ..layers.neural_memory import MemoryLayerState, NeuralMemory
 from .config import ModelConfig
 
 
@@ -36,55 +36,40 @@ class HybridState(FieldAccess):
     memory: MemoryLayerState | None = None
 
 
-class FeedForward(nn.Module):
+class Built(nn.Module):
+    """A module whose submodules its flow's ``build`` (``common/blocks.py``, shared with the
+    MLX mirror) makes from the torch ``PARTS``; ``init_weights`` draws them again in the
+    order built."""
+
+    def __init__(self, config: ModelConfig, *args: Any) -> None:
+        super().__init__()
+        self.build(PARTS, config, *args)
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        """Norms back to ones; every other submodule by its own ``init_weights``."""
+        for child in self.children():
+            if isinstance(child, nn.RMSNorm):
+                child.reset_parameters()
+            else:
+                child.init_weights(std, out_std)
+
+
+class FeedForward(FeedForwardFlow, Built):
     """x + SwiGLU(RMSNorm(x))."""
 
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.ffn = SwiGLU(config.dim, config.ffn_hidden)
 
-    def init_weights(self, std: float, out_std: float) -> None:
-        self.norm.reset_parameters()
-        self.ffn.init_weights(std, out_std)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.ffn(self.norm(x))
-
-
-def make_attention(config: ModelConfig, rule: VisibilityRule, persistent: bool = True):
-    return Attention(*attention_args(config, rule, persistent))
-
-
-class ResidualAttention(nn.Module):
+class ResidualAttention(ResidualAttentionFlow, Built):
     """x + Attn(RMSNorm(x)) with a KV cache in the block state."""
 
-    def __init__(self, config: ModelConfig, rule: VisibilityRule) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.attn = make_attention(config, rule)
 
-    def init_weights(self, std: float, out_std: float) -> None:
-        self.norm.reset_parameters()
-        self.attn.init_weights(std, out_std)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None, position: int):
-        y, cache = self.attn(self.norm(x), cache, position)
-        return x + y, cache
-
-
-class NonLinearGate(nn.Module):
+class NonLinearGate(GateNorms, Built):
     """o = RMSNorm(y) * sigmoid(RMSNorm(m)) with learnable normalisation weights (Titans
     eq. 28); MAC's y (x) M*(y) (eq. 25) uses the same gate."""
 
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm_y = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.norm_m = nn.RMSNorm(config.dim, eps=config.norm_eps)
-
-    def init_weights(self) -> None:
-        self.norm_y.reset_parameters()
-        self.norm_m.reset_parameters()
-
     def forward(self, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return self.norm_y(y) * torch.sigmoid(self.norm_m(m))
+
+
+PARTS = BlockParts(
+    nn.RMSNorm, Attention, NeuralMemory, SwiGLU, FeedForward, ResidualAttention, NonLinearGate
+)

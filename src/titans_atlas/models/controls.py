@@ -3,30 +3,18 @@
 
 from __future__ import annotations
 
-from torch import nn
-
+from ..common.attention import VisibilityRule
 from ..common.blocks import AttentionFlow
-from ..layers.attention import KVCache, VisibilityRule
+from ..layers.attention import KVCache
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, ResidualAttention
-from .config import ModelConfig
+from .blocks import Built
 
 
-class AttentionBlock(AttentionFlow, nn.Module):
-    """The submodules here; the data flow between them is ``common/blocks.py``'s ``AttentionFlow``
-    (shared with the MLX mirror)."""
+class AttentionBlock(AttentionFlow, Built):
+    """``common/blocks.py``'s ``AttentionFlow`` (shared with the MLX mirror) built from torch
+    parts."""
 
     state_class = KVCache
-    rule_of = staticmethod(lambda config: VisibilityRule())
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.attn = ResidualAttention(config, self.rule_of(config))
-        self.ffn = FeedForward(config)
-
-    def init_weights(self, std: float, out_std: float) -> None:
-        self.attn.init_weights(std, out_std)
-        self.ffn.init_weights(std, out_std)
 
 
 class SlidingWindowBlock(AttentionBlock):

@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-from ..layers.neural_memory import MemoryLayerState, NeuralMemory
+from ..common.blocks import MemoryFlow
+from ..layers.neural_memory import MemoryLayerState
 from .backbone import LanguageModel, register
-from .blocks import FeedForward
-from .config import ModelConfig
+from .blocks import Built
 
 
-class MemoryBlock(nn.Module):
+class MemoryBlock(MemoryFlow, Built):
+    """``common/blocks.py``'s ``MemoryFlow`` (shared with the MLX mirror) built from torch
+    parts."""
+
     state_class = MemoryLayerState
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
-        self.ffn = FeedForward(config)
-
-    def init_weights(self, std: float, out_std: float) -> None:
-        self.norm.reset_parameters()
-        self.memory.init_weights(std, out_std)
-        self.ffn.init_weights(std, out_std)
-
-    def forward(
-        self, x: torch.Tensor, state: MemoryLayerState | None, position: int
-    ) -> tuple[torch.Tensor, MemoryLayerState]:
-        y, memory_state = self.memory(self.norm(x), state)
-        return self.ffn(x + y), memory_state
 
 
 @register("lmm")

@@ -19,14 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-from torch import nn
 
 from ..common.blocks import MACSegmentFlow
-from ..layers.attention import KVCache, VisibilityRule
-from ..layers.neural_memory import MemoryLayerState, NeuralMemory
+from ..layers.attention import KVCache
+from ..layers.neural_memory import MemoryLayerState
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, FieldAccess, NonLinearGate, make_attention
-from .config import ModelConfig
+from .blocks import Built, FieldAccess
 
 
 @dataclass
@@ -41,35 +39,11 @@ class MACState(FieldAccess):
     retrieve_conv: torch.Tensor | None = None
 
 
-class MACBlock(MACSegmentFlow, nn.Module):
-    """The submodules here; the data flow between them is ``common/blocks.py``'s ``MACSegmentFlow``
-    (shared with the MLX mirror)."""
+class MACBlock(MACSegmentFlow, Built):
+    """``common/blocks.py``'s ``MACSegmentFlow`` (shared with the MLX mirror) built from torch
+    parts, and the walk over the segments a call touches."""
 
     state_class = MACState
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.segment = config.window
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
-        self.memory_input = config.mac_memory_input
-        self.context_norm = (
-            nn.RMSNorm(config.dim, eps=config.norm_eps) if config.mac_context_norm else None
-        )
-        self.attn = make_attention(config, VisibilityRule(segment=config.window))
-        self.gate = NonLinearGate(config)
-        self.ffn = FeedForward(config)
-
-    def init_weights(self, std: float, out_std: float) -> None:
-        self.norm.reset_parameters()
-        self.memory_norm.reset_parameters()
-        if self.context_norm is not None:
-            self.context_norm.reset_parameters()
-        self.memory.init_weights(std, out_std)
-        self.attn.init_weights(std, out_std)
-        self.gate.init_weights()
-        self.ffn.init_weights(std, out_std)
 
     def forward(
         self, x: torch.Tensor, state: MACState | None, position: int
@@ -85,16 +59,6 @@ class MACBlock(MACSegmentFlow, nn.Module):
             pieces.append(piece)
             pos += part.shape[1]
         return self.ffn(torch.cat(pieces, dim=1)), state
-
-    def _segment_lengths(self, length: int, position: int) -> list[int]:
-        """How a call of ``length`` tokens at ``position`` falls into segments. One ``split``
-        rather than a slice per segment: each slice's backward writes a zero-filled
-        gradient of the whole input, O(segments x length) in all."""
-        lengths, pos, end = [], position, position + length
-        while pos < end:
-            lengths.append(min(end, pos + self.segment - pos % self.segment) - pos)
-            pos += lengths[-1]
-        return lengths
 
 
 @register("mac")

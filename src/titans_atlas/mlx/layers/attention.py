@@ -15,8 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ...layers.attention import QUERY_BLOCK, VisibilityRule
-from ...validation import check_heads
+from ...common.attention import QUERY_BLOCK, AttentionLayout
 from .basic import normal_init, rotary
 
 
@@ -34,23 +33,13 @@ def _split_heads(x: mx.array, parts: int, heads: int) -> list[mx.array]:
     return [x[:, :, i].transpose(0, 2, 1, 3) for i in range(parts)]
 
 
-class Attention(nn.Module):
+class Attention(AttentionLayout, nn.Module):
     """Multi-head causal attention ``[B, T, D] -> [B, T, D]`` with rotary positions; MAC's
     ``context`` ``[B, T, D]`` adds keys/values at the input tokens' positions."""
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        rule: VisibilityRule,
-        num_persistent: int = 0,
-        rope_base: float = 10000.0,
-    ) -> None:
-        super().__init__()
-        check_heads(dim, num_heads)
-        self.num_heads, self.rule, self.rope_base = num_heads, rule, rope_base
-        self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.to_out = nn.Linear(dim, dim, bias=False)
+    linear = nn.Linear
+
+    def _init_parameters(self, dim: int, num_persistent: int) -> None:
         normal_init(self.to_qkv)
         normal_init(self.to_out)
         if num_persistent:

@@ -6,52 +6,45 @@ Axes: B batch, T tokens, D model width.
 
 from __future__ import annotations
 
+from typing import Any
+
 import mlx.core as mx
 import mlx.nn as nn
 
-from ...common.blocks import attention_args
-from ...layers.attention import VisibilityRule
+from ...common.blocks import BlockParts, FeedForwardFlow, GateNorms, ResidualAttentionFlow
 from ...models.config import ModelConfig
-from ..layers.attention import Attention, KVCache
+from ..layers.attention import Attention
 from ..layers.basic import SwiGLU
+from ..layers.neural_memory import NeuralMemory
 
 
-class FeedForward(nn.Module):
+class Built(nn.Module):
+    """A module whose submodules its flow's ``build`` (``common/blocks.py``, shared with the
+    torch side) makes from the MLX ``PARTS``; calling it runs the flow's ``forward``."""
+
+    def __init__(self, config: ModelConfig, *args: Any) -> None:
+        super().__init__()
+        self.build(PARTS, config, *args)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.forward(*args)
+
+
+class FeedForward(FeedForwardFlow, Built):
     """x + SwiGLU(RMSNorm(x))."""
 
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.ffn = SwiGLU(config.dim, config.ffn_hidden)
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return x + self.ffn(self.norm(x))
-
-
-def make_attention(config: ModelConfig, rule: VisibilityRule, persistent: bool = True):
-    return Attention(*attention_args(config, rule, persistent))
-
-
-class ResidualAttention(nn.Module):
+class ResidualAttention(ResidualAttentionFlow, Built):
     """x + Attn(RMSNorm(x)) with a KV cache in the block state."""
 
-    def __init__(self, config: ModelConfig, rule: VisibilityRule) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.attn = make_attention(config, rule)
 
-    def __call__(self, x: mx.array, cache: KVCache | None, position: int):
-        y, cache = self.attn(self.norm(x), cache, position)
-        return x + y, cache
-
-
-class NonLinearGate(nn.Module):
+class NonLinearGate(GateNorms, Built):
     """o = RMSNorm(y) * sigmoid(RMSNorm(m)) (Titans eq. 28; MAC's eq. 25 uses it too)."""
 
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm_y = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.norm_m = nn.RMSNorm(config.dim, eps=config.norm_eps)
-
-    def __call__(self, y: mx.array, m: mx.array) -> mx.array:
+    def forward(self, y: mx.array, m: mx.array) -> mx.array:
         return self.norm_y(y) * mx.sigmoid(self.norm_m(m))
+
+
+PARTS = BlockParts(
+    nn.RMSNorm, Attention, NeuralMemory, SwiGLU, FeedForward, ResidualAttention, NonLinearGate
+)

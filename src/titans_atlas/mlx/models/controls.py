@@ -3,24 +3,14 @@ Transformer. Block: x + Attn(norm(x)), then FFN; the block state is the KV cache
 
 from __future__ import annotations
 
-import mlx.nn as nn
-
+from ...common.attention import VisibilityRule
 from ...common.blocks import AttentionFlow
-from ...layers.attention import VisibilityRule
-from ...models.config import ModelConfig
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, ResidualAttention
+from .blocks import Built
 
 
-class AttentionBlock(AttentionFlow, nn.Module):
-    rule_of = staticmethod(lambda config: VisibilityRule())
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.attn = ResidualAttention(config, self.rule_of(config))
-        self.ffn = FeedForward(config)
-
-    __call__ = AttentionFlow.forward
+class AttentionBlock(AttentionFlow, Built):
+    """``common/blocks.py``'s ``AttentionFlow`` built from MLX parts."""
 
 
 class SlidingWindowBlock(AttentionBlock):

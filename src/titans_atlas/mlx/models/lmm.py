@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import mlx.nn as nn
-
-from ...models.config import ModelConfig
-from ..layers.neural_memory import NeuralMemory
+from ...common.blocks import MemoryFlow
 from .backbone import LanguageModel, register
-from .blocks import FeedForward
+from .blocks import Built
 
 
-class MemoryBlock(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
-        self.ffn = FeedForward(config)
-
-    def __call__(self, x, state, position):
-        y, memory_state = self.memory(self.norm(x), state)
-        return self.ffn(x + y), memory_state
+class MemoryBlock(MemoryFlow, Built):
+    """``common/blocks.py``'s ``MemoryFlow`` built from MLX parts."""
 
 
 @register("lmm")

@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from ...common.blocks import MACSegmentFlow
-from ...layers.attention import VisibilityRule
-from ...models.config import ModelConfig
 from ..layers.attention import KVCache
-from ..layers.neural_memory import MemoryLayerState, NeuralMemory
+from ..layers.neural_memory import MemoryLayerState
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, NonLinearGate, make_attention
+from .blocks import Built
 
 
 @dataclass
@@ -33,33 +30,18 @@ class MACState:
     attn: KVCache | None = None
 
 
-class MACBlock(MACSegmentFlow, nn.Module):
+class MACBlock(MACSegmentFlow, Built):
     state_class = MACState
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.segment = config.window
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
-        self.memory_input = config.mac_memory_input  # the torch MACBlock says why
-        if config.mac_context_norm:
-            self.context_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.attn = make_attention(config, VisibilityRule(segment=config.window))
-        self.gate = NonLinearGate(config)
-        self.ffn = FeedForward(config)
 
     def __call__(self, x, state: MACState | None, position: int):
         state = state or MACState(memory=self.memory.initial_state(x.shape[0]))
-        pieces, start = [], 0
-        while start < x.shape[1]:
-            pos = position + start
-            stop = min(x.shape[1], start + self.segment - pos % self.segment)
+        pieces, pos = [], position
+        for length in self._segment_lengths(x.shape[1], position):
             if pos % self.segment == 0 or state.segment_weights is None:
                 state = replace(state, segment_weights=state.memory.memory.weights)  # M_{s-1}
-            piece, state = self._segment(x[:, start:stop], state, pos)
+            piece, state = self._segment(x[:, pos - position : pos - position + length], state, pos)
             pieces.append(piece)
-            start = stop
+            pos += length
         return self.ffn(mx.concatenate(pieces, axis=1)), state
 
 

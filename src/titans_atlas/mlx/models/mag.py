@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mlx.nn as nn
-
 from ...common.blocks import MAGFlow
-from ...layers.attention import VisibilityRule
-from ...models.config import ModelConfig
 from ..layers.attention import KVCache
-from ..layers.neural_memory import MemoryLayerState, NeuralMemory
+from ..layers.neural_memory import MemoryLayerState
 from .backbone import LanguageModel, register
-from .blocks import FeedForward, NonLinearGate, make_attention
+from .blocks import Built
 
 
 @dataclass
@@ -27,18 +23,8 @@ class HybridState:
     memory: MemoryLayerState | None = None
 
 
-class MAGBlock(MAGFlow, nn.Module):
+class MAGBlock(MAGFlow, Built):
     state_class = HybridState
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.attn = make_attention(config, VisibilityRule(window=config.window))
-        self.memory = NeuralMemory(config.dim, config.num_heads, config.memory)
-        self.gate = NonLinearGate(config)
-        self.ffn = FeedForward(config)
-
-    __call__ = MAGFlow.forward
 
 
 @register("mag")
