@@ -22,8 +22,8 @@ from ..tasks.babilong import ANSWER_PREFIX, TEMPLATE, format_prompt  # noqa: F40
 from ..tasks.haystack import book_sentences
 from ..tokenizers import Tokenizer, say_network
 from .inference import Evaluator
-from .metrics import babilong_compare_answers, babilong_labels
-from .plots import heatmap, length_label
+from .metrics import babilong_compare_answers, babilong_labels, percent
+from .plots import heatmap, length_label, plot_title
 from .registry import EvalSettings, Task, mean_by, register_task, without_prompt
 
 COLUMNS = ("input", "question", "target")
@@ -135,9 +135,9 @@ def _summarize(outcomes: list[dict], settings: EvalSettings) -> dict:
     lengths = sorted({o["length"] for o in outcomes})
     tasks = sorted({o["task"] for o in outcomes}, key=lambda t: int(t[2:]))
     cells = mean_by(outcomes, "task", "length")
-    grid = [[_percent(cells.get((t, n))) for n in lengths] for t in tasks]
+    grid = [[percent(cells.get((t, n))) for n in lengths] for t in tasks]
     mean_row = [
-        _percent(sum(cells[(t, n)] for t in tasks) / len(tasks))
+        percent(sum(cells[(t, n)] for t in tasks) / len(tasks))
         if all((t, n) in cells for t in tasks)
         else None
         for n in lengths
@@ -152,10 +152,6 @@ def _summarize(outcomes: list[dict], settings: EvalSettings) -> dict:
     }
 
 
-def _percent(value: float | None) -> float | None:
-    return None if value is None else round(100.0 * value, 2)
-
-
 def _plot(result: dict, path: Path) -> None:
     summary = result["summary"]
     heatmap(
@@ -163,8 +159,7 @@ def _plot(result: dict, path: Path) -> None:
         [*summary["tasks"], "mean"],
         [length_label(n) for n in summary["lengths"]],
         path,
-        title=f"{result['label']} ({summary['scoring']})\n"
-        f"{result.get('checkpoint', {}).get('name', '')}".strip(),
+        title=plot_title(result, summary["scoring"]),
         xlabel="length (tokens)",
         ylabel="task",
     )

@@ -17,6 +17,12 @@ from ..tasks.babilong import BABILONG_LABELS, babilong_labels  # noqa: F401  (th
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f]")
 
 
+def percent(fraction: float | None) -> float | None:
+    """A score in [0, 1] as a percentage with two decimals, as the summaries report it (None,
+    a cell with no sample, stays None)."""
+    return None if fraction is None else round(100.0 * fraction, 2)
+
+
 def ruler_postprocess(prediction: str) -> str:
     """RULER's ``postprocess_pred``: strip, control characters -> newline, strip."""
     return _CONTROL_CHARACTERS.sub("\n", prediction.strip()).strip()

@@ -13,7 +13,7 @@ from ..tasks.base import IGNORE, Batch
 from ..tasks.mqar import mqar_batch
 from ..tokenizers import Tokenizer
 from .inference import Evaluator
-from .plots import curves
+from .plots import curves, plot_title
 from .registry import EvalSettings, Task, register_task
 
 
@@ -104,7 +104,7 @@ def _plot(result: dict, path: Path) -> None:
     curves(
         {"MQAR": (summary["lengths"], summary["accuracy"])},
         path,
-        title=f"{result['label']}\n{result.get('checkpoint', {}).get('name', '')}".strip(),
+        title=plot_title(result),
         xlabel="sequence length (tokens)",
         ylabel="accuracy (%)",
         logx=True,

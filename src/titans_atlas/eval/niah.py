@@ -22,8 +22,8 @@ from ..tasks.needles import (  # noqa: F401  (re-exported: the builders' old hom
 )
 from ..tokenizers import Tokenizer
 from .inference import Evaluator
-from .metrics import ruler_string_match_all
-from .plots import heatmap, length_label
+from .metrics import percent, ruler_string_match_all
+from .plots import heatmap, length_label, plot_title
 from .registry import EvalSettings, Task, mean_by, register_task, without_prompt
 
 # --- tasks -----------------------------------------------------------------------------------
@@ -75,15 +75,11 @@ def summarize_grid(outcomes: list[dict], settings: EvalSettings) -> dict:
     return {
         "lengths": lengths,
         "depths": depths,
-        "accuracy": [[_percent(cells.get((d, n))) for n in lengths] for d in depths],
-        "accuracy_by_length": [_percent(per_length[(n,)]) for n in lengths],
-        "mean": _percent(sum(o["score"] for o in outcomes) / max(1, len(outcomes))),
+        "accuracy": [[percent(cells.get((d, n))) for n in lengths] for d in depths],
+        "accuracy_by_length": [percent(per_length[(n,)]) for n in lengths],
+        "mean": percent(sum(o["score"] for o in outcomes) / max(1, len(outcomes))),
         "metric": "RULER string_match_all x100 (greedy output)",
     }
-
-
-def _percent(value: float | None) -> float | None:
-    return None if value is None else round(100.0 * value, 2)
 
 
 def plot_grid(result: dict, path: Path) -> None:
@@ -93,7 +89,7 @@ def plot_grid(result: dict, path: Path) -> None:
         [f"{100 * d:.0f}%" for d in summary["depths"]],
         [length_label(n) for n in summary["lengths"]],
         path,
-        title=f"{result['label']}\n{result.get('checkpoint', {}).get('name', '')}".strip(),
+        title=plot_title(result),
         xlabel="context length (tokens)",
         ylabel="needle depth",
     )

@@ -92,3 +92,10 @@ def length_label(tokens: int) -> str:
     if tokens >= 1024 and tokens % 1024 == 0:
         return f"{tokens // 1024}K"
     return str(tokens)
+
+
+def plot_title(result: dict, detail: str = "") -> str:
+    """A result's plot title: its label (with `` (detail)``), then the checkpoint's name on a
+    second line when the result names one."""
+    label = f"{result['label']} ({detail})" if detail else result["label"]
+    return f"{label}\n{result.get('checkpoint', {}).get('name', '')}".strip()

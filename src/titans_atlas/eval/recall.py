@@ -14,7 +14,7 @@ from ..tasks import Batch, kv_recall_batch
 from ..tokenizers import Tokenizer
 from .inference import DEFAULT_PIECE, Evaluator
 from .mqar import batch_rows, check_vocab, labelled_accuracy
-from .plots import curves
+from .plots import curves, plot_title
 from .registry import EvalSettings, Task, mean_by, register_task
 
 # the batch builders' old home: ``from titans_atlas.eval.recall import passkey_batch`` works
@@ -93,7 +93,7 @@ def _kv_plot(result: dict, path: Path) -> None:
     curves(
         {"accuracy": (in_windows or summary["distances"], summary["accuracy"])},
         path,
-        title=f"{result['label']}\n{result.get('checkpoint', {}).get('name', '')}".strip(),
+        title=plot_title(result),
         xlabel="distance (attention windows)" if in_windows else "distance (tokens)",
         ylabel="accuracy (%)",
         logx=True,
