@@ -1,7 +1,18 @@
-"""What a memory model *is*, without arrays: its dimensions, the names and shapes of its
-weights in forward order, their init rule, and the checks of its settings. The torch models
-(``ops/memory_models.py``) and their MLX mirror (``mlx/ops/memory_models.py``) subclass these
-specs and add only the array code (``forward_with``, ``grad_factors``, ``init_weights``).
+"""What a memory model *is*, without a framework: its dimensions, the names and shapes of its
+weights in forward order, their init rule, the checks of its settings, and its maths --
+``forward_with`` and the analytic inner gradient ``grad_factors`` -- written with array
+operators (``@``, ``*``, ``+``) and three backend hooks (``_activation``,
+``_activation_with_slope``, ``_transpose``). The torch models (``ops/memory_models.py``) and
+their MLX mirror (``mlx/ops/memory_models.py``) subclass these specs and add only what needs
+the framework: the hooks, ``init_weights``, ``initial_state`` and ``check_weights``.
+
+Every model is written once, in ``forward_with(linear, x)``, against a callback
+``linear(name, h)`` that multiplies ``h`` by weight ``name``. ``forward`` passes a plain
+matmul; the chunked scan passes a callback that applies each token's *updated* weights
+through the dual form (so layer 2 of an MLP reads through layer 1's updated output) without
+ever building them. ``grad_factors`` is the inner gradient of ``0.5 * ||f(W, k) - v||^2``:
+for every weight it is a rank-1 outer product per token, ``grad_W = a^T b``, returned as the
+pair ``(a, b)``, ``a`` ``[B, H, N, d_in]``, ``b`` ``[B, H, N, d_out]``.
 
 Shapes: a weight ``name`` is ``[H, d_in, d_out]`` (learned initial weights) or
 ``[B, H, d_in, d_out]`` (a stream's weights) with ``(d_in, d_out) = weight_shapes()[name]``.
@@ -10,12 +21,16 @@ Shapes: a weight ``name`` is ``[H, d_in, d_out]`` (learned initial weights) or
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("gelu", "silu")
+
+Linear = Callable[[str, Any], Any]  # linear(name, h) = h @ W[name], or what stands for it
+Factors = dict[str, tuple[Any, Any]]  # name -> (a, b): grad_W of token n = a_n^T b_n
 
 
 class MemorySpec:
@@ -27,6 +42,28 @@ class MemorySpec:
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         """name -> (d_in, d_out) of every weight, in forward order."""
+        raise NotImplementedError
+
+    def forward_with(self, linear: Linear, x: Any) -> Any:
+        """f(W, x) with every ``h @ W[name]`` delegated to ``linear(name, h)``."""
+        raise NotImplementedError
+
+    def grad_factors(self, weights: dict[str, Any], k: Any, v: Any) -> Factors:
+        """Per-token rank-1 factors of grad_W 0.5||f(W, k) - v||^2: name -> (a, b)."""
+        raise NotImplementedError
+
+    def forward(self, weights: dict[str, Any], x: Any) -> Any:
+        """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``."""
+        return self.forward_with(lambda name, h: h @ weights[name], x)
+
+    # The backend's array hooks: act(z); (act(z), act'(z)); W^T over the last two axes.
+    def _activation(self, name: str, z: Any) -> Any:
+        raise NotImplementedError
+
+    def _activation_with_slope(self, name: str, z: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _transpose(self, weight: Any) -> Any:
         raise NotImplementedError
 
     def _init_std(self, name: str, fan_in: int) -> float:
@@ -94,6 +131,12 @@ class LinearSpec(MemorySpec):
     def _init_std(self, name: str, fan_in: int) -> float:
         return 0.0  # an empty associative memory: reads return 0 until something is written
 
+    def forward_with(self, linear: Linear, x: Any) -> Any:
+        return linear("w1", x)
+
+    def grad_factors(self, weights: dict[str, Any], k: Any, v: Any) -> Factors:
+        return {"w1": (k, k @ weights["w1"] - v)}
+
 
 @dataclass(frozen=True)
 class MLPSpec(MemorySpec):
@@ -119,6 +162,29 @@ class MLPSpec(MemorySpec):
         widths = [self.dim_in] + [self.hidden_dim] * (self.depth - 1) + [self.dim_out]
         return {f"w{i + 1}": (widths[i], widths[i + 1]) for i in range(self.depth)}
 
+    def forward_with(self, linear: Linear, x: Any) -> Any:
+        h = x
+        for i in range(1, self.depth + 1):
+            h = linear(f"w{i}", h)
+            if i < self.depth:
+                h = self._activation(self.activation, h)
+        return h + x if self.residual else h
+
+    def grad_factors(self, weights: dict[str, Any], k: Any, v: Any) -> Factors:
+        inputs, slopes = [k], []  # inputs[i] feeds w{i+1}; slopes[i] = act'(inputs[i] @ w{i+1})
+        for i in range(1, self.depth):
+            pre_activation = inputs[-1] @ weights[f"w{i}"]
+            hidden, slope = self._activation_with_slope(self.activation, pre_activation)
+            inputs.append(hidden)
+            slopes.append(slope)
+        out = inputs[-1] @ weights[f"w{self.depth}"]
+        delta = out + k - v if self.residual else out - v  # d loss / d out
+        factors = {f"w{self.depth}": (inputs[-1], delta)}
+        for i in range(self.depth - 1, 0, -1):
+            delta = (delta @ self._transpose(weights[f"w{i + 1}"])) * slopes[i - 1]
+            factors[f"w{i}"] = (inputs[i - 1], delta)
+        return factors
+
 
 @dataclass(frozen=True)
 class GatedMLPSpec(MemorySpec):
@@ -139,6 +205,24 @@ class GatedMLPSpec(MemorySpec):
             "gate": (self.dim_in, hidden),
             "up": (self.dim_in, hidden),
             "down": (hidden, self.dim_out),
+        }
+
+    def forward_with(self, linear: Linear, x: Any) -> Any:
+        hidden = self._activation("silu", linear("gate", x)) * linear("up", x)
+        out = linear("down", hidden)
+        return out + x if self.residual else out
+
+    def grad_factors(self, weights: dict[str, Any], k: Any, v: Any) -> Factors:
+        up = k @ weights["up"]
+        gate_act, gate_slope = self._activation_with_slope("silu", k @ weights["gate"])
+        hidden = gate_act * up
+        out = hidden @ weights["down"]
+        delta = out + k - v if self.residual else out - v
+        d_hidden = delta @ self._transpose(weights["down"])
+        return {
+            "gate": (k, d_hidden * up * gate_slope),
+            "up": (k, d_hidden * gate_act),
+            "down": (hidden, delta),
         }
 
 
