@@ -76,6 +76,18 @@ def apply_band(coef: Array, band: Array | None) -> Array:
     return coef if band is None else coef @ band
 
 
+def _reads(
+    ops: GateAlgebra, read: str, keep: Array, vectors: list[Array], matrices: list[Array]
+) -> tuple[Array, list[Array], list[Array]]:
+    """The read coefficients for ``read``: "after" (y_i = f(W_i, q_i)) as they are; "before"
+    (y_i = f(W_{i-1}, q_i)) one token down, so row 0 reads the chunk's start as it is: keep 1,
+    0 for the per-token ``vectors`` ``[.., C]`` and the rows of the ``matrices`` ``[.., C, *]``."""
+    if read != "before":
+        return keep, vectors, matrices
+    vectors = [ops.shift_rows(x, 0.0, -1) for x in vectors]
+    return ops.shift_rows(keep, 1.0, -1), vectors, [ops.shift_rows(x, 0.0, -2) for x in matrices]
+
+
 def momentum_coefficients(ops: GateAlgebra, gates: ChunkGates, read: str) -> MomentumCoefficients:
     """Titans momentum: S_t = eta_t S_{t-1} - theta_t G_t, W_t = (1 - alpha_t) W_{t-1} + S_t."""
     keep, carry, keep_from_start, carry_from_start = ops.gate_products(gates)
@@ -83,13 +95,10 @@ def momentum_coefficients(ops: GateAlgebra, gates: ChunkGates, read: str) -> Mom
     # K = A E diag(theta) Gamma [.., C, U]; kappa = E[C-1] diag(theta) Gamma [.., U]
     grad_into_weights = apply_band((keep @ carry) * gates.lr[..., None, :], gates.band)
     grad_into_momentum = apply_band(carry[..., -1:, :] * gates.lr[..., None, :], gates.band)
-    read_keep, read_momentum, read_grad = keep_from_start, momentum_into_weights, grad_into_weights
-    anchor = read_anchor = ops.anchor_from_start(gates)
-    if read == "before":
-        read_keep = ops.shift_rows(read_keep, 1.0, -1)
-        read_momentum = ops.shift_rows(read_momentum, 0.0, -1)
-        read_grad = ops.shift_rows(read_grad, 0.0, -2)
-        read_anchor = ops.shift_rows(read_anchor, 0.0, -1)
+    anchor = ops.anchor_from_start(gates)
+    read_keep, (read_momentum, read_anchor), (read_grad,) = _reads(
+        ops, read, keep_from_start, [momentum_into_weights, anchor], [grad_into_weights]
+    )
     return MomentumCoefficients(
         read_keep=read_keep,
         read_momentum=read_momentum,
@@ -122,12 +131,10 @@ def muon_coefficients(
         rows_carry = carry_from_start
         rows_grad = apply_band(carry, gates.band)
         update = keep * gates.lr[..., None, :]  # P = A diag(theta) [.., C, C]
-    read_keep, read_update = keep_from_start, update
-    anchor = read_anchor = ops.anchor_from_start(gates)
-    if read == "before":
-        read_keep = ops.shift_rows(read_keep, 1.0, -1)
-        read_update = ops.shift_rows(read_update, 0.0, -2)
-        read_anchor = ops.shift_rows(read_anchor, 0.0, -1)
+    anchor = ops.anchor_from_start(gates)
+    read_keep, (read_anchor,), (read_update,) = _reads(
+        ops, read, keep_from_start, [anchor], [update]
+    )
     return MuonCoefficients(
         rows_carry=rows_carry,
         rows_grad=rows_grad,
