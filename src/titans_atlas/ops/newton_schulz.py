@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-NS5_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+from ..common.newton_schulz import NS5_COEFFICIENTS, ns5_iterate
 
 
 def safe_frobenius_norm(x: torch.Tensor) -> torch.Tensor:
@@ -51,13 +51,9 @@ def _check_matrix(x: torch.Tensor) -> None:
 def newton_schulz5_reference(x: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
     """X = x / (||x||_F + eps), then ``steps`` of A = X X^T, X = a X + (b A + c A A) X."""
     _check_matrix(x)
-    a, b, c = NS5_COEFFICIENTS
     dtype, tall = x.dtype, x.shape[-2] > x.shape[-1]
     x = (x.transpose(-1, -2) if tall else x).to(compute_dtype(x))
-    x = x / (safe_frobenius_norm(x) + eps)
-    for _ in range(steps):
-        gram = x @ x.transpose(-1, -2)
-        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    x = ns5_iterate(x, steps, eps, safe_frobenius_norm, lambda m: m.transpose(-1, -2))
     return (x.transpose(-1, -2) if tall else x).to(dtype)
 
 

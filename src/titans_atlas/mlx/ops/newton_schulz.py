@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-NS5_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+from ...common.newton_schulz import ns5_iterate
 
 
 def safe_frobenius_norm(x: mx.array) -> mx.array:
@@ -34,13 +34,8 @@ def _check(x: mx.array) -> None:
 
 
 def _iterate(x: mx.array, steps: int, eps: float) -> mx.array:
-    """The iteration on a wide ``x``: normalise, then A = X X^T, X = a X + (b A + c A A) X."""
-    a, b, c = NS5_COEFFICIENTS
-    x = x / (safe_frobenius_norm(x) + eps)
-    for _ in range(steps):
-        gram = x @ mx.swapaxes(x, -1, -2)
-        x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x
+    """The iteration on a wide ``x`` (``common/newton_schulz.py``)."""
+    return ns5_iterate(x, steps, eps, safe_frobenius_norm, lambda m: mx.swapaxes(m, -1, -2))
 
 
 def newton_schulz5_reference(x: mx.array, steps: int = 5, eps: float = 1e-7) -> mx.array:
