@@ -1,7 +1,9 @@
-"""What the torch attention (``layers/attention.py``) and its MLX mirror share beyond the
-array code: which keys a query may see (``VisibilityRule``, a rule on absolute positions that
-works on torch tensors and numpy arrays alike), the query block size, and the layer's
-construction (``AttentionLayout``).
+"""What the torch attention and feed-forward (``layers/attention.py``, ``layers/basic.py``)
+and their MLX mirrors share beyond the array code: which keys a query may see
+(``VisibilityRule``, a rule on absolute positions that works on torch tensors and numpy arrays
+alike), the query block size, and the layers' construction (``AttentionLayout``,
+``SwiGLULayout``): the same parameter names and shapes on both sides are what lets a
+checkpoint written by one load into the other.
 
 Axes: T tokens, D model width, H heads, P persistent tokens, L cache slots.
 """
@@ -53,8 +55,7 @@ class AttentionLayout:
     """The attention's construction, once for both backends (mixed in before ``nn.Module``):
     ``to_qkv`` ``[3D <- D]`` and ``to_out`` ``[D <- D]``, both without bias, made by the
     backend's ``linear`` class; the backend's ``_init_parameters`` then adds the ``P``
-    persistent tokens and draws the weights. The same names and shapes on both sides are what
-    lets a checkpoint written by one load into the other."""
+    persistent tokens and draws the weights."""
 
     linear: Any  # the backend's nn.Linear
 
@@ -74,4 +75,22 @@ class AttentionLayout:
         self._init_parameters(dim, num_persistent)
 
     def _init_parameters(self, dim: int, num_persistent: int) -> None:
+        raise NotImplementedError
+
+
+class SwiGLULayout:
+    """Llama's feed-forward ``down(silu(gate(x)) * up(x))``, ``[B, T, D] -> [B, T, D]``: its
+    bias-free projections ``gate``, ``up`` ``[Dh <- D]`` and ``down`` ``[D <- Dh]`` made by
+    the backend's ``linear`` class, then drawn by the backend's ``_init_parameters``."""
+
+    linear: Any  # the backend's nn.Linear
+
+    def __init__(self, dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.gate = self.linear(dim, hidden_dim, bias=False)
+        self.up = self.linear(dim, hidden_dim, bias=False)
+        self.down = self.linear(hidden_dim, dim, bias=False)
+        self._init_parameters()
+
+    def _init_parameters(self) -> None:
         raise NotImplementedError

@@ -9,15 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..common.attention import SwiGLULayout
 
-class SwiGLU(nn.Module):
-    """Llama's feed-forward: down(silu(gate(x)) * up(x)), ``[B, T, D] -> [B, T, D]``."""
 
-    def __init__(self, dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden_dim, bias=False)
-        self.up = nn.Linear(dim, hidden_dim, bias=False)
-        self.down = nn.Linear(hidden_dim, dim, bias=False)
+class SwiGLU(SwiGLULayout, nn.Module):
+    """Llama's feed-forward: down(silu(gate(x)) * up(x)), ``[B, T, D] -> [B, T, D]``; built by
+    ``common/attention.py``'s ``SwiGLULayout`` (shared with the MLX mirror)."""
+
+    linear = nn.Linear
+
+    def _init_parameters(self) -> None:
         self.init_weights()
 
     @torch.no_grad()

@@ -12,6 +12,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from ...common.attention import SwiGLULayout
 from ..ops.memory_models import silu
 
 
@@ -20,14 +21,12 @@ def normal_init(module: nn.Linear | nn.Embedding, std: float = 0.02) -> None:
     module.weight = std * mx.random.normal(module.weight.shape)
 
 
-class SwiGLU(nn.Module):
+class SwiGLU(SwiGLULayout, nn.Module):
     """Llama's feed-forward: down(silu(gate(x)) * up(x)), ``[B, T, D] -> [B, T, D]``."""
 
-    def __init__(self, dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden_dim, bias=False)
-        self.up = nn.Linear(dim, hidden_dim, bias=False)
-        self.down = nn.Linear(hidden_dim, dim, bias=False)
+    linear = nn.Linear
+
+    def _init_parameters(self) -> None:
         for linear in (self.gate, self.up, self.down):
             normal_init(linear)
 
