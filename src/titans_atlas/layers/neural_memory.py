@@ -17,19 +17,17 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ..common.feature_maps import polynomial_width
 from ..common.memory_layer import MemoryLayerRules
 from ..common.memory_models import build_memory
 from ..ops import (
     SCAN_IMPLS,
-    GatedMLPMemory,
-    LinearMemory,
     MemoryState,
-    MLPMemory,
     default_polynomial_coefficients,
     memory_scan,
     polynomial_features,
-    polynomial_width,
 )
+from ..ops.memory_models import MEMORY_CLASSES
 from ..validation import check_bool, check_choice, check_heads
 from .basic import CausalConv
 from .hooks import MemoryRead, MemoryWrite, new_hook_table, run_hooks
@@ -57,6 +55,8 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
     (recompute each chunk in backward), set with ``set_runtime``.
     """
 
+    polynomial_features = staticmethod(polynomial_features)
+
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
         check_heads(dim, num_heads)
@@ -76,7 +76,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
             if config.feature_projection:
                 self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
                 key_dim = head_dim
-        self.memory = _build_memory(config, key_dim, head_dim)
+        self.memory = build_memory(config, key_dim, head_dim, MEMORY_CLASSES)
         self.initial_weights = nn.ParameterDict(
             {
                 name: nn.Parameter(torch.empty(num_heads, *shape))
@@ -148,11 +148,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]."""
         x = F.normalize(F.silu(rearrange(x, "b t (h d) -> b t h d", h=self.num_heads)), dim=-1)
-        if self.config.feature_map == "polynomial":
-            x = polynomial_features(x, self.config.poly_degree, self.poly_coefficients)
-            if self.config.feature_projection:
-                x = self.feature_projection(x)
-        return x
+        return self._feature_map(x)
 
     def _gates(self, x: torch.Tensor):
         """The bounded gates from x: theta, eta, alpha ``[B, T, H]``, gamma ``[B, T, H, c]``
@@ -192,26 +188,9 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
             q, k, v, lr, momentum, decay, omega = (
                 event.q, event.k, event.v, event.lr, event.momentum, event.decay, event.omega
             )  # fmt: skip
-        config = self.config
-        read, memory = memory_scan(
-            self.memory,
-            q,
-            k,
-            v,
-            lr,
-            momentum,
-            decay,
-            state.memory,
-            chunk_size=config.chunk_size,
-            omega_window=config.omega_window,
-            omega_gate=omega,
-            update_rule=config.update_rule,
-            read=config.read,
-            impl=self.impl,
-            checkpoint=self.checkpoint,
-            max_grad_norm=config.max_grad_norm,
-            decay_to=dict(self.initial_weights.items()) if config.decay_target == "init" else None,
-        )
+        gates = (lr, momentum, decay, omega)
+        runtime = {"impl": self.impl, "checkpoint": self.checkpoint}
+        read, memory = self._scan(memory_scan, q, k, v, gates, state.memory, **runtime)
         new_state = MemoryLayerState(
             memory, conv_q=conv_q, conv_k=conv_k, conv_v=conv_v, omega=omega_cache
         )
@@ -260,8 +239,3 @@ def gates_by_tap(
     gamma = torch.stack([rows[:, s : s + steps, :, j] for j, s in enumerate(start)], dim=-1)
     # a copy: a view would keep the whole piece's gates alive in the state
     return gamma, rows[:, rows.shape[1] - (window - 1) :].clone()
-
-
-def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
-    classes = {"linear": LinearMemory, "mlp": MLPMemory, "gated_mlp": GatedMLPMemory}
-    return build_memory(config, key_dim, value_dim, classes)

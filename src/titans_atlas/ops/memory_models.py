@@ -89,3 +89,7 @@ class MLPMemory(MLPSpec, MemoryModel):
 @dataclass(frozen=True)
 class GatedMLPMemory(GatedMLPSpec, MemoryModel):
     """f(W, x) = (silu(x Wg) * (x Wu)) Wd, optionally + x -- the SwiGLU memory of ATLAS++."""
+
+
+# ``MemoryConfig.model`` -> class (``common.memory_models.build_memory`` picks from it)
+MEMORY_CLASSES = {"linear": LinearMemory, "mlp": MLPMemory, "gated_mlp": GatedMLPMemory}

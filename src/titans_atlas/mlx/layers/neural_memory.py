@@ -13,47 +13,28 @@ output projection. The settings come from the torch side's ``MemoryConfig``, rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from ...common.memory_layer import MemoryLayerRules
+from ...common.feature_maps import polynomial_width
+from ...common.memory_layer import (  # noqa: F401  (scan_options, update_rule: re-exported)
+    MemoryLayerRules,
+    scan_options,
+    update_rule,
+)
 from ...common.memory_models import build_memory
 from ...layers.memory_config import SHIFTED_CONV_LAGS
 from ...layers.neural_memory import MemoryConfig
 from ...validation import check_heads
 from ..ops import (
-    GatedMLPMemory,
-    LinearMemory,
     MemoryState,
-    MLPMemory,
     default_polynomial_coefficients,
     memory_scan,
     polynomial_features,
-    polynomial_width,
 )
-from ..ops.memory_models import silu
+from ..ops.memory_models import MEMORY_CLASSES, silu
 from .basic import CausalConv, normal_init
-
-LEGACY_MUON = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
-
-
-def update_rule(config: MemoryConfig) -> str:
-    """The config's update rule, "momentum" | "muon" | "muon_chunk" (the one place that reads
-    it: ``MemoryConfig.muon`` becomes ``update_rule``, TODO(#15))."""
-    return getattr(config, "update_rule", None) or LEGACY_MUON[config.muon]
-
-
-def scan_options(config: MemoryConfig) -> dict[str, Any]:
-    """The ``memory_scan`` keywords a config fixes (architecture, not runtime choices)."""
-    return {
-        "chunk_size": config.chunk_size,
-        "omega_window": config.omega_window,
-        "update_rule": update_rule(config),
-        "read": config.read,
-        "max_grad_norm": config.max_grad_norm,
-    }
 
 
 @dataclass
@@ -75,6 +56,8 @@ def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
 
 class NeuralMemory(MemoryLayerRules, nn.Module):
     """``(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
+
+    polynomial_features = staticmethod(polynomial_features)
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
@@ -101,7 +84,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
                 self.feature_projection = nn.Linear(key_dim, head_dim, bias=False)
                 init_feature_projection(self.feature_projection)
                 key_dim = head_dim
-        self.memory = _build_memory(config, key_dim, head_dim)
+        self.memory = build_memory(config, key_dim, head_dim, MEMORY_CLASSES)
         self.initial_weights = self.memory.init_weights(num_heads)
         self.out_norm = nn.RMSNorm(head_dim, eps=1e-6)
         self.to_out_gate = nn.Linear(dim, width, bias=False)
@@ -125,12 +108,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
 
     def _features(self, x: mx.array) -> mx.array:
         """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]."""
-        x = l2_normalize(silu(self._split_heads(x)))
-        if self.config.feature_map == "polynomial":
-            x = polynomial_features(x, self.config.poly_degree, self.poly_coefficients)
-            if self.config.feature_projection:
-                x = self.feature_projection(x)
-        return x
+        return self._feature_map(l2_normalize(silu(self._split_heads(x))))
 
     def _gates(self, x: mx.array):
         raw = mx.sigmoid(self.to_gates(x))  # [B, T, (G H)]
@@ -160,22 +138,9 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         lr, momentum, decay, omega = self._gates(x)
         if omega is not None and self.config.omega_gate_source == "tap":
             omega, conv["omega"] = gates_by_tap(omega, conv.get("omega"))
-        read, memory = memory_scan(
-            self.memory,
-            q,
-            k,
-            v,
-            lr,
-            momentum,
-            decay,
-            state.memory,
-            omega_gate=omega,
-            impl=self.impl,
-            compiled=self.compiled,
-            validate=self.validate,
-            decay_to=self.initial_weights if self.config.decay_target == "init" else None,
-            **scan_options(self.config),
-        )
+        runtime = {"impl": self.impl, "compiled": self.compiled, "validate": self.validate}
+        gates = (lr, momentum, decay, omega)
+        read, memory = self._scan(memory_scan, q, k, v, gates, state.memory, **runtime)
         return self.output(read, x), MemoryLayerState(memory=memory, conv=conv)
 
     def retrieve(
@@ -209,8 +174,3 @@ def gates_by_tap(gates: mx.array, history: mx.array | None) -> tuple[mx.array, m
     start = [window - 1 - j for j in range(window)]  # tap j at step t reads row c-1 + t - j
     gamma = mx.stack([rows[:, s : s + steps, :, j] for j, s in enumerate(start)], axis=-1)
     return gamma, rows[:, rows.shape[1] - (window - 1) :]
-
-
-def _build_memory(config: MemoryConfig, key_dim: int, value_dim: int):
-    classes = {"linear": LinearMemory, "mlp": MLPMemory, "gated_mlp": GatedMLPMemory}
-    return build_memory(config, key_dim, value_dim, classes)
