@@ -33,6 +33,29 @@ def update_rule_from_muon(muon: Any) -> str:
     return next(rule for rule, value in _RULE_OF_MUON if value is muon or value == muon)
 
 
+def scan_update_rule(muon: Any, update_rule: str | None) -> str:
+    """``memory_scan``'s rule from either spelling: ``update_rule`` by name, else the older
+    ``muon=`` (ValueError when both are given)."""
+    if update_rule is None:
+        return update_rule_from_muon(muon)
+    if muon is not False:
+        raise ValueError(f"give muon={muon!r} or update_rule={update_rule!r}, not both")
+    return update_rule
+
+
+# A chunked call costs about one full chunk however few tokens it holds, the per-token loop
+# about T tokens; the loop wins up to roughly C / 16 tokens (benchmarks/memory_scan.py, "auto").
+AUTO_TOKENS_PER_CHUNK = 16
+
+
+def auto_impl(impl: str, length: int, chunk_size: int) -> str:
+    """``impl="auto"`` -> "reference" (the per-token loop) for calls of at most
+    max(1, C // 16) tokens, e.g. decoding, else "chunk"; any other ``impl`` as it is."""
+    if impl != "auto":
+        return impl
+    return "reference" if length <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK) else "chunk"
+
+
 @dataclass(frozen=True)
 class ScanOptions:
     """How the recurrence runs (validated on construction; ValueError names the field).

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
+from ..common.options import auto_impl, scan_update_rule
 from ..validation import check_choice
 from .checks import check_scan_inputs, value_checks_enabled
 from .memory_models import MemoryModel
-from .options import SCAN_IMPLS, MemoryGates, ScanOptions, update_rule_from_muon
+from .options import SCAN_IMPLS, MemoryGates, ScanOptions
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
 from .state import MemoryState
@@ -39,9 +40,6 @@ def _fused_triton(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, MemoryState]
 
 
 IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk, "triton": _fused_triton}
-# A chunked call costs about one full chunk however few tokens it holds, the per-token loop
-# about T tokens; the loop wins up to roughly C / 16 tokens (benchmarks/memory_scan.py, "auto").
-AUTO_TOKENS_PER_CHUNK = 16
 
 
 def memory_scan(
@@ -109,14 +107,10 @@ def memory_scan(
         and the new ``MemoryState`` (weights and momentum in the state's dtype, fp32 under
         autocast).
     """
-    if update_rule is None:
-        update_rule = update_rule_from_muon(muon)
-    elif muon is not False:
-        raise ValueError(f"give muon={muon!r} or update_rule={update_rule!r}, not both")
     options = ScanOptions(
         chunk_size=chunk_size,
         omega_window=omega_window,
-        update_rule=update_rule,
+        update_rule=scan_update_rule(muon, update_rule),
         read=read,
         checkpoint=checkpoint,
         max_grad_norm=max_grad_norm,
@@ -128,9 +122,7 @@ def memory_scan(
     out_dtype = output_dtype(q, k, v)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state
-    if impl == "auto":
-        short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
-        impl = "reference" if short else "chunk"
+    impl = auto_impl(impl, q.shape[1], chunk_size)
     # The recurrence runs in the state's precision (fp32 under autocast): bf16 rounding would
     # compound over a stream. Inputs of any floating dtypes -- CUDA autocast hands over fp32
     # q, k (its normalisation runs in fp32) beside bf16 v and gates -- are cast to it.

@@ -12,7 +12,13 @@ from dataclasses import replace
 import mlx.core as mx
 
 from ...common.checks import check_decay_target, check_qkv_shapes, check_state_layout
-from ...common.options import READ_MODES, MemoryGates, ScanOptions, update_rule_from_muon
+from ...common.options import (
+    READ_MODES,
+    MemoryGates,
+    ScanOptions,
+    auto_impl,
+    scan_update_rule,
+)
 from ...validation import check_int, check_number
 from .memory_models import MemoryModel
 from .scan_chunk import memory_scan_chunk
@@ -20,8 +26,6 @@ from .scan_reference import memory_scan_reference
 from .state import MemoryState
 
 IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk}
-# As on the torch side: the per-token loop wins for calls of up to about C / 16 tokens.
-AUTO_TOKENS_PER_CHUNK = 16
 
 
 def memory_scan(
@@ -64,17 +68,12 @@ def memory_scan(
         memory, q, k, v, lr, momentum, decay, state, chunk_size, omega_window, omega_gate, validate
     )
     _check_modes(read, impl)
-    if update_rule is None:
-        update_rule = update_rule_from_muon(muon)
-    elif muon is not False:
-        raise ValueError(f"give muon={muon!r} or update_rule={update_rule!r}, not both")
+    update_rule = scan_update_rule(muon, update_rule)
     options = ScanOptions(chunk_size, omega_window, update_rule, read, False, max_grad_norm)
     _check_stability_options(memory, max_grad_norm, decay_to, q.shape[0], q.shape[2], validate)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return mx.zeros((*q.shape[:3], v.shape[-1]), dtype=q.dtype), state
-    if impl == "auto":
-        short = q.shape[1] <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK)
-        impl = "reference" if short else "chunk"
+    impl = auto_impl(impl, q.shape[1], chunk_size)
     dtype = next(iter(state.weights.values())).dtype
     state = _prepare_state(state, q, v, chunk_size, omega_window, dtype)
     if decay_to is not None:  # per sample
