@@ -145,6 +145,13 @@ class AttentionFlow:
         return self.ffn(x), cache
 
 
+class SlidingWindowFlow(AttentionFlow):
+    """SWA, the windowed control: ``AttentionFlow`` with a window of ``config.window``
+    tokens."""
+
+    rule_of = staticmethod(lambda config: VisibilityRule(window=config.window))
+
+
 class MACSegmentFlow:
     """One MAC segment (Titans eqs. 21-25), or the part of it in this call: retrieve from the
     segment's read-only memory M_{s-1} (optionally RMSNorm'ed), attend over [persistent ;

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from ..common.attention import VisibilityRule
-from ..common.blocks import AttentionFlow
+from ..common.blocks import AttentionFlow, SlidingWindowFlow
 from ..layers.attention import KVCache
 from .backbone import LanguageModel, register
 from .blocks import Built
@@ -17,8 +16,8 @@ class AttentionBlock(AttentionFlow, Built):
     state_class = KVCache
 
 
-class SlidingWindowBlock(AttentionBlock):
-    rule_of = staticmethod(lambda config: VisibilityRule(window=config.window))
+class SlidingWindowBlock(SlidingWindowFlow, AttentionBlock):
+    """``common/blocks.py``'s ``SlidingWindowFlow`` on the attention block."""
 
 
 @register("swa")

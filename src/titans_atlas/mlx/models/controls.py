@@ -3,8 +3,7 @@ Transformer. Block: x + Attn(norm(x)), then FFN; the block state is the KV cache
 
 from __future__ import annotations
 
-from ...common.attention import VisibilityRule
-from ...common.blocks import AttentionFlow
+from ...common.blocks import AttentionFlow, SlidingWindowFlow
 from .backbone import LanguageModel, register
 from .blocks import Built
 
@@ -13,8 +12,8 @@ class AttentionBlock(AttentionFlow, Built):
     """``common/blocks.py``'s ``AttentionFlow`` built from MLX parts."""
 
 
-class SlidingWindowBlock(AttentionBlock):
-    rule_of = staticmethod(lambda config: VisibilityRule(window=config.window))
+class SlidingWindowBlock(SlidingWindowFlow, AttentionBlock):
+    """``common/blocks.py``'s ``SlidingWindowFlow`` on the attention block."""
 
 
 @register("swa")
