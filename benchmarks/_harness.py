@@ -22,7 +22,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,11 +37,18 @@ class Timing:
     ``other_cpu_s``: CPU seconds used meanwhile by other processes (and hypervisor steal).
     On a shared 2-core box one busy neighbour can slow 2-thread OpenMP calls 10-50x (threads
     spin-wait for a descheduled peer): discard runs where it is not near 0.
+    ``cpu_times_s``: this process's CPU time of each call. With one thread it leaves out the
+    time spent waiting for a core, so it moves far less than wall time with the load.
     """
 
     median_s: float
     times_s: list[float]
     other_cpu_s: float
+    cpu_times_s: list[float] = field(default_factory=list)
+
+    @property
+    def cpu_median_s(self) -> float:
+        return statistics.median(self.cpu_times_s)
 
 
 def bf16_autocast(device: str, dtype: str) -> torch.autocast:
@@ -69,14 +76,15 @@ def time_callable(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> T
     """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed with perf_counter."""
     for _ in range(warmup):
         fn()
-    times = []
+    times, cpu_times = [], []
     busy0, own0 = machine_busy_cpu_s(), time.process_time()
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     other = machine_busy_cpu_s() - busy0 - (time.process_time() - own0)
-    return Timing(statistics.median(times), times, max(other, 0.0))
+    return Timing(statistics.median(times), times, max(other, 0.0), cpu_times)
 
 
 def _proc_status_bytes(key: str) -> int:

@@ -105,6 +105,7 @@ def measure(model: ta.LanguageModel, context: int, args: argparse.Namespace) -> 
         "prefill_other_cpu_s": round(max(prefill_other, 0.0), 3),
         "decode_ms_median": round(1e3 * best.median_s, 3),
         "decode_ms_all": [round(1e3 * t, 3) for t in best.times_s],
+        "decode_cpu_ms_median": round(1e3 * best.cpu_median_s, 3),
         "other_cpu_s": round(best.other_cpu_s, 3),
         "state_mib": round(logical / 2**20, 2),
         "state_held_mib": round(held / 2**20, 2),
@@ -123,9 +124,14 @@ def affordable(context: int, rows: list[dict], max_prefill_s: float) -> int:
     return context
 
 
-def run(args: argparse.Namespace) -> dict:
+def model_size(args: argparse.Namespace) -> dict:
+    """``create_model``'s size arguments from the command line."""
     size = {"vocab_size": args.vocab, "dim": args.dim, "depth": args.depth}
-    size |= {"num_heads": args.heads, "window": args.window, "chunk_size": args.chunk_size}
+    return size | {"num_heads": args.heads, "window": args.window, "chunk_size": args.chunk_size}
+
+
+def run(args: argparse.Namespace) -> dict:
+    size = model_size(args)
     results = {}
     for name in args.models:
         torch.manual_seed(0)
@@ -181,7 +187,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["lmm", "atlas", "swa", "mac", "transformer"])
     p.add_argument("--contexts", nargs="+", type=int, default=[1024, 16384])
@@ -199,7 +205,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-prefill-s", type=float, default=180.0, help="halve longer contexts")
     p.add_argument("--quick", action="store_true", help="smoke run: contexts 128 and 512")
     p.add_argument("--out", type=Path, default=RESULTS / "generation.json")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.quick:
         args.contexts, args.new_tokens, args.max_wait_s = [128, 512], 8, 0.0
     return args
