@@ -5,7 +5,11 @@ Two shapes of the same tasks:
 * training tasks: ``TASKS[name](seq_len, **args)`` builds a task whose
   ``sample(batch_size, generator)`` returns ``inputs [B, T]`` int64 and ``labels [B, T]``
   int64 (-100 where a position is not scored), from a seeded ``torch.Generator`` only. Use
-  one with ``data.source = "task:NAME"`` and ``data.task_args = {...}``.
+  one with ``data.source = "task:NAME"`` and ``data.task_args = {...}``. Registered:
+  ``kv_recall``, ``kv_distance``, ``kv_multi`` (key-value recall), ``kv_persistent`` (facts
+  that last a carried stream), ``babilong_style`` (bAbI in noise) and ``mqar`` (Zoology's
+  multi-query associative recall, ``MQAR``: ``vocab_size``, ``num_pairs``, ``power_a``; its
+  validation draws from held-out seeds).
 * seeded batches for evaluation and probes: ``kv_recall_batch``, ``mqar_batch``,
   ``passkey_batch``, ``sniah_batch``, ``babilong_style_batch`` return
   ``Batch(input_ids [B, T], labels [B, T])`` with the labels already shifted.
@@ -24,7 +28,7 @@ from typing import Any
 from .babilong import BabilongStyle, babilong_labels, babilong_style_batch, format_prompt
 from .base import IGNORE, Batch, Task
 from .kv import DistanceRecall, KeyValueRecall, MultiQueryRecall, kv_recall_batch
-from .mqar import mqar_batch
+from .mqar import MQAR, mqar_batch
 from .needles import (
     build_niah_sample,
     build_passkey_sample,
@@ -40,6 +44,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "kv_multi": MultiQueryRecall,
     "kv_persistent": PersistentRecall,
     "babilong_style": BabilongStyle,
+    "mqar": MQAR,
 }
 
 
@@ -56,6 +61,7 @@ def make_task(name: str, seq_len: int, args: dict[str, Any]) -> Task:
 
 __all__ = [
     "IGNORE",
+    "MQAR",
     "TASKS",
     "BabilongStyle",
     "Batch",

@@ -1,0 +1,47 @@
+"""research/mqar_sweep.py: the state-size formula, and a tiny resumable sweep with its table."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mqar_sweep as script
+
+import titans_atlas as ta
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "expected"),
+    [
+        ("transformer", {}, 2 * 2 * 64 * 128),  # depth x (K, V) x width x L
+        ("swa", {"window": 16}, 2 * 2 * 64 * 16),  # the window's KV cache
+        ("gdn", {}, 2 * 1 * 64 * 64),  # depth x heads x Dk x Dv, no momentum
+        ("lmm", {}, 2 * 2 * (64 * 256 + 256 * 64)),  # weights and momentum, MLP x4
+        ("mag", {"window": 16}, 2 * 2 * 64 * 16 + 2 * 2 * (64 * 256 + 256 * 64)),
+    ],
+)
+def test_state_size_follows_the_documented_formula(name, fields, expected):
+    model = ta.create_model(name, vocab_size=32, dim=64, depth=2, num_heads=1, **fields)
+    assert script.state_size(model, 128) == expected
+
+
+def test_a_tiny_sweep_records_rows_resumes_and_prints_the_table(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "rows.jsonl"
+    argv = ["mqar_sweep.py", "--grid", "quick", "--models", "swa,gdn", "--settings", "16:2",
+            "--lrs", "1e-3,3e-3", "--steps", "2", "--batch", "2", "--samples", "3",
+            "--out", str(out)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    script.main()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["model"], r["lr"]) for r in rows] == [
+        ("swa", 1e-3), ("swa", 3e-3), ("gdn", 1e-3), ("gdn", 3e-3)
+    ]  # fmt: skip
+    assert all(r["steps"] == 2 and r["batch"] == 2 and 0 <= r["accuracy"] <= 1 for r in rows)
+    assert rows[2]["chunk"] == 1 and rows[0]["chunk"] is None  # gdn: the exact rule
+    script.main()  # every run is there: nothing trains again
+    assert len(out.read_text().splitlines()) == 4
+    table = capsys.readouterr().out
+    assert table.count("| 16 | 2 | swa | 64 |") == 2  # one best row per sweep call
