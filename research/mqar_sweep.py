@@ -12,13 +12,16 @@ resumable (runs already in ``--out`` are skipped).
     python research/mqar_sweep.py --table --plot         # no training: the table, the plot
 
 Grids (``GRIDS``; ``--settings`` / ``--widths`` / ``--lrs`` / ``--steps`` / ``--batch``
-replace a grid's entry):
+replace a grid's entry). A run is keyed by its settings, not by its grid, so a grid skips the
+runs another grid already recorded:
 
-* ``quick`` -- smoke: L=64 with 4 pairs, width 64, one learning rate, 150 steps x 32.
+* ``quick`` -- smoke: L=64 with 4 pairs, width 64, lr 3e-3, 150 steps x 32 sequences: 5 runs,
+  1.5M tokens; 11 minutes on one shared core (2026-12-03, about 2,300 tokens/s).
 * ``cpu`` (default) -- L=64 / 4 pairs and L=128 / 8 pairs, widths 64 and 128, learning rates
-  1e-3 and 3e-3, 300 steps x 32 sequences: 40 runs for the 5 default models. At the ~5k
-  tokens/s one core trains these sizes, about 2 CPU-hours (the rows record each run's
-  seconds: sum them for the real cost).
+  1e-3 and 3e-3 (at L=64, width 64, 1e-2 was best for no model and sent lmm to 0%), the same
+  150 steps x 32 (the quick grid's runs are among its runs): 40 runs for
+  the 5 default models, 18M tokens, about 2 CPU-hours by the quick grid's rate (the
+  width-128 runs cost more per token; sum the rows' seconds for the real cost). Not run yet.
 * ``zoology`` -- Zoology's figure: L/pairs 64/4, 128/8, 256/16, 512/64, widths 64, 128,
   256, learning rates logspace(-4, -2, 4); accelerator-sized (Zoology trains 64 epochs of
   100k sequences; here 2,000 steps x 64 unless ``--steps`` / ``--batch`` say otherwise).
@@ -26,8 +29,8 @@ replace a grid's entry):
 Models (``--models``, any registered name; default transformer, swa, gdn, lmm, mag): 2
 blocks (``model.depth=2``), head width 64 (``num_heads = width / 64``), no persistent
 tokens (Zoology's models have none), a 16-token window for the windowed attention
-(``--window``), and memory chunks of at most 16 tokens (``--chunk``; ``gdn`` keeps its
-exact sequential rule, chunk 1). ``--set KEY=VALUE`` adds any run setting.
+(``--window``), and memory chunks of at most 16 tokens (``CHUNK``; ``gdn`` keeps its exact
+sequential rule, chunk 1). ``--set KEY=VALUE`` adds any run setting (and marks the rows).
 
 State size (``state_size``, floats per sequence summed over the layers, at length L):
 
@@ -72,7 +75,11 @@ VOCAB = 8192
 DEFAULT_MODELS = "transformer,swa,gdn,lmm,mag"
 TEST_SEED = 1_000_001  # odd: training batches are drawn from even seeds
 EVAL_ROWS = 64  # test sequences per forward
-KEY_FIELDS = ("grid", "seq_len", "pairs", "model", "width", "lr", "seed", "steps", "batch")
+CHUNK = 16  # the largest memory chunk: a chunk reads the weights of its start
+# What makes a run (a row with the same values is not run again): the grids share runs, so
+# the quick grid's rows are the first cell of the cpu grid's.
+KEY_FIELDS = ("seq_len", "pairs", "model", "width", "lr", "seed", "steps", "batch", "window",
+              "overrides")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ class Grid:
 
 GRIDS = {
     "quick": Grid(((64, 4),), (64,), (3e-3,), steps=150, batch=32),
-    "cpu": Grid(((64, 4), (128, 8)), (64, 128), (1e-3, 3e-3), steps=300, batch=32),
+    "cpu": Grid(((64, 4), (128, 8)), (64, 128), (1e-3, 3e-3), steps=150, batch=32),
     "zoology": Grid(
         ((64, 4), (128, 8), (256, 16), (512, 64)),
         (64, 128, 256),
@@ -144,8 +151,8 @@ def run_settings(args: argparse.Namespace, model: str, width: int, seq_len: int,
     }  # fmt: skip
     overrides = [f"{k}={v}" for k, v in settings.items()] + list(args.set)
     config = build_config("debug", overrides=overrides)
-    if config.model.build().memory.chunk_size > args.chunk:
-        overrides.insert(len(settings), f"model.chunk_size={args.chunk}")
+    if config.model.build().memory.chunk_size > CHUNK:
+        overrides.insert(len(settings), f"model.chunk_size={CHUNK}")
     return overrides
 
 
@@ -167,17 +174,17 @@ def run_one(args: argparse.Namespace, key: dict) -> dict:
         **key,
         "params": sum(p.numel() for p in net.parameters()),
         "state": state_size(net, seq_len),
-        "chunk": net.config.memory.chunk_size if memory else None, "window": net.config.window,
+        "chunk": net.config.memory.chunk_size if memory else None,
         "loss": round(list(result.losses.values())[-1], 4) if result.losses else None,
         "val_accuracy": round(result.eval.get("val_accuracy", float("nan")), 4),
         "accuracy": round(accuracy, 4), "samples": args.samples,
-        "seconds": round(time.time() - start, 1), "overrides": list(args.set),
+        "seconds": round(time.time() - start, 1),
     }  # fmt: skip
 
 
 def group_of(row: dict) -> tuple:
     """What the learning-rate sweep varies inside: every key field but the lr."""
-    return tuple(row[k] for k in KEY_FIELDS if k != "lr")
+    return tuple(json.dumps(row[k]) for k in KEY_FIELDS if k != "lr")
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
@@ -207,7 +214,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Best accuracy against state size, one line per model, one panel per (L, pairs)."""
+    """Best accuracy against state size, one line per model, one panel per (L, pairs, budget)."""
     try:
         import matplotlib
     except ImportError as err:
@@ -216,17 +223,17 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     chosen = best_rows(rows)
-    settings = sorted({(r["seq_len"], r["pairs"]) for r in chosen})
+    settings = sorted({(r["seq_len"], r["pairs"], r["steps"], r["batch"]) for r in chosen})
     figure, axes = plt.subplots(
         1, len(settings), figsize=(4.5 * len(settings), 3.8), squeeze=False, sharey=True
     )
-    for axis, (length, pairs) in zip(axes[0], settings, strict=True):
-        here = [r for r in chosen if (r["seq_len"], r["pairs"]) == (length, pairs)]
+    for axis, panel in zip(axes[0], settings, strict=True):
+        here = [r for r in chosen if (r["seq_len"], r["pairs"], r["steps"], r["batch"]) == panel]
         for model in sorted({r["model"] for r in here}):
             points = sorted((r["state"], 100 * r["accuracy"]) for r in here if r["model"] == model)
             axis.plot(*zip(*points), marker="o", label=model)
-        budget = sorted({f"{r['steps']} x {r['batch']}" for r in here})
-        axis.set_title(f"L={length}, {pairs} pairs ({', '.join(budget)})", fontsize=9)
+        length, pairs, steps, batch = panel
+        axis.set_title(f"L={length}, {pairs} pairs, {steps} steps x {batch}", fontsize=9)
         axis.set_xscale("log")
         axis.set_xlabel("state size (floats per sequence)")
         axis.set_ylim(-3, 103)
@@ -259,6 +266,28 @@ def grid_of(args: argparse.Namespace) -> Grid:
     return replace(grid, **{k: v for k, v in changes.items() if v is not None})
 
 
+def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:
+    """The runs of ``grid``, each as its ``KEY_FIELDS``: per setting, model, width, lr."""
+    return [
+        {
+            "seq_len": seq_len,
+            "pairs": pairs,
+            "model": model,
+            "width": width,
+            "lr": lr,
+            "seed": args.seed,
+            "steps": grid.steps,
+            "batch": grid.batch,
+            "window": args.window,
+            "overrides": list(args.set),
+        }
+        for seq_len, pairs in grid.settings
+        for model in args.models.split(",")
+        for width in grid.widths
+        for lr in grid.lrs
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", choices=sorted(GRIDS), default="cpu")
@@ -270,7 +299,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, help="sequences per step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=16, help="attention window (SWA, hybrids)")
-    parser.add_argument("--chunk", type=int, default=16, help="largest memory chunk")
     parser.add_argument("--samples", type=int, default=512, help="held-out test sequences")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default="research/results/mqar.jsonl")
@@ -283,22 +311,15 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if not args.table:
-        grid, tag = grid_of(args), f"{args.grid}" + (f" {' '.join(args.set)}" if args.set else "")
         done = {json.dumps({k: r[k] for k in KEY_FIELDS}, sort_keys=True) for r in rows}
-        for seq_len, pairs in grid.settings:
-            for model in args.models.split(","):
-                for width in grid.widths:
-                    for lr in grid.lrs:
-                        key = {"grid": tag, "seq_len": seq_len, "pairs": pairs, "model": model,
-                               "width": width, "lr": lr, "seed": args.seed,
-                               "steps": grid.steps, "batch": grid.batch}  # fmt: skip
-                        if json.dumps(key, sort_keys=True) in done:
-                            continue
-                        row = run_one(args, key)
-                        print(json.dumps(row), flush=True)
-                        with out.open("a") as file:
-                            file.write(json.dumps(row) + "\n")
-                        rows.append(row)
+        for key in planned(args, grid_of(args)):
+            if json.dumps(key, sort_keys=True) in done:
+                continue
+            row = {"grid": args.grid, **run_one(args, key)}
+            print(json.dumps(row), flush=True)
+            with out.open("a") as file:
+                file.write(json.dumps(row) + "\n")
+            rows.append(row)
     print_table(rows)
     if args.plot:
         plot(rows, Path(args.plot_out))

@@ -41,7 +41,21 @@ def test_a_tiny_sweep_records_rows_resumes_and_prints_the_table(tmp_path, monkey
     ]  # fmt: skip
     assert all(r["steps"] == 2 and r["batch"] == 2 and 0 <= r["accuracy"] <= 1 for r in rows)
     assert rows[2]["chunk"] == 1 and rows[0]["chunk"] is None  # gdn: the exact rule
+    assert all(r["grid"] == "quick" and r["window"] == 16 and r["overrides"] == [] for r in rows)
     script.main()  # every run is there: nothing trains again
     assert len(out.read_text().splitlines()) == 4
     table = capsys.readouterr().out
     assert table.count("| 16 | 2 | swa | 64 |") == 2  # one best row per sweep call
+
+
+def test_plot_draws_one_panel_per_setting_and_budget(tmp_path):
+    pytest.importorskip("matplotlib")
+    base = {"seq_len": 64, "pairs": 4, "width": 64, "seed": 0, "batch": 32, "window": 16,
+            "overrides": [], "loss": 1.0, "val_accuracy": 0.5, "accuracy": 0.5}  # fmt: skip
+    rows = [
+        {**base, "model": model, "lr": 1e-3, "steps": steps, "state": state}
+        for model, state in (("gdn", 8192), ("swa", 4096))
+        for steps in (150, 600)
+    ]
+    script.plot(rows, tmp_path / "mqar.png")
+    assert (tmp_path / "mqar.png").stat().st_size > 0
