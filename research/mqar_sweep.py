@@ -223,6 +223,9 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     chosen = best_rows(rows)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    models = sorted({r["model"] for r in chosen})
+    colours = {model: cycle[i % len(cycle)] for i, model in enumerate(models)}  # every panel
     settings = sorted({(r["seq_len"], r["pairs"], r["steps"], r["batch"]) for r in chosen})
     figure, axes = plt.subplots(
         1, len(settings), figsize=(4.5 * len(settings), 3.8), squeeze=False, sharey=True
@@ -231,14 +234,14 @@ def plot(rows: list[dict], path: Path) -> None:
         here = [r for r in chosen if (r["seq_len"], r["pairs"], r["steps"], r["batch"]) == panel]
         for model in sorted({r["model"] for r in here}):
             points = sorted((r["state"], 100 * r["accuracy"]) for r in here if r["model"] == model)
-            axis.plot(*zip(*points), marker="o", label=model)
+            axis.plot(*zip(*points), marker="o", label=model, color=colours[model])
         length, pairs, steps, batch = panel
         axis.set_title(f"L={length}, {pairs} pairs, {steps} steps x {batch}", fontsize=9)
         axis.set_xscale("log")
         axis.set_xlabel("state size (floats per sequence)")
         axis.set_ylim(-3, 103)
+        axis.legend(fontsize=8)
     axes[0][0].set_ylabel("MQAR accuracy (%)")
-    axes[0][-1].legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
