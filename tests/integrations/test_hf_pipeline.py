@@ -37,10 +37,11 @@ def test_pipeline_gives_our_greedy_continuation(trained_dir, hf_dir):
     generator = pipeline("text-generation", model=str(hf_dir), tokenizer=str(hf_dir))
     out = generator(PROMPTS[0], max_new_tokens=16, do_sample=False)[0]["generated_text"]
     assert out == our_continuation(model, PROMPTS[0], 16)
-    # the trained weights, not an init: whole words of the sentence (which word comes next is
-    # a near tie for this tiny model, and moves with the initialisation)
-    words = out.split()[:-1]  # the last one may be cut off
-    assert len(words) >= 4 and set(words) <= set(SENTENCE.split()), out
+    # the trained weights, not an init: whole words of the sentence (which word comes next,
+    # and whether a period follows "mat", are near ties for this tiny model that move with
+    # the initialisation and the machine's BLAS)
+    words = {word.strip(".") for word in out.split()[:-1]}  # the last one may be cut off
+    assert len(out.split()) >= 5 and words <= set(SENTENCE.replace(".", "").split()), out
 
 
 def test_batched_pipeline_equals_one_prompt_at_a_time(trained_dir, hf_dir):
