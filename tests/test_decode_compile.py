@@ -109,3 +109,22 @@ def test_a_really_compiled_decode_step_gives_the_eager_tokens(model):
     step = DecodeStep(model, lambda: compiled_decode_step(model), True)
     reference = greedy_tokens(DecodeStep(model, lambda: None, False), model)
     assert greedy_tokens(step, model) == reference and step.is_compiled
+
+
+def test_the_eager_step_skips_the_memory_value_checks_but_not_the_token_ids(model):
+    """After a checked prefill, a decode step only continues the stream: the memory layers'
+    per-call NaN / gate-range checks (a host sync each) are off, as in a compiled step, and
+    the model still checks the token ids at its boundary."""
+    from titans_atlas.ops.checks import CountSyncs
+
+    _, state = model(torch.tensor([[1, 2, 3]]), None, last_only=True)
+    token = torch.tensor([[4]])
+    step = DecodeStep(model, lambda: None, False)
+    with CountSyncs() as checked:
+        model(token, state)
+    with CountSyncs() as stepped:
+        step(token, state)
+    assert stepped.count < checked.count
+    assert torch.equal(step(token, state)[0], model(token, state)[0])
+    with pytest.raises(ValueError, match="input_ids"):
+        step(torch.tensor([[VOCAB]]), state)

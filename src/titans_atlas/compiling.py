@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from .ops import validating
+
 # Measured (docs/benchmarks.md, "What you get by default", benchmarks/compile_break_even.py):
 # with a cold inductor cache a compile takes as long as a fixed number of eager steps, whatever
 # the machine's load (both stretch alike) -- 348 for the recall preset's lmm, 980 for the
@@ -114,7 +116,10 @@ class DecodeStep:
     ``compile`` = "auto" / True / False. "auto" decodes eager until eager decoding has taken
     ``pays_after_s`` in all (across every stream this object decodes), then compiled (built by
     ``make_compiled``); a compiled step that raises is dropped for eager with one line on
-    ``warn``. Eager and compiled steps compute the same function."""
+    ``warn``. Eager and compiled steps compute the same function. It continues a stream whose
+    state a prefill has checked: the eager step skips the memory layers' per-call value
+    checks (NaN, gate ranges; a host sync each, 17% of a MAC decode step), as a compiled step
+    always has -- token ids are still checked at the model's boundary."""
 
     def __init__(
         self,
@@ -151,7 +156,8 @@ class DecodeStep:
             self.compiled, self.failed = None, True
             self.reason = "compile failed: eager"
         start = time.perf_counter()
-        result = self.model(token, state)
+        with validating(False):
+            result = self.model(token, state)
         self.eager_s += time.perf_counter() - start
         return result
 

@@ -20,6 +20,7 @@ import torch
 
 from ..models.backbone import LanguageModel
 from ..models.state import ModelState
+from ..ops import validating
 from ..validation import check_bool, check_int, check_token_ids
 from .sampling import Sampler, SamplingConfig
 
@@ -120,7 +121,9 @@ def generate(
         fill = _mark_finished(token, fill, stops, pad_token)
         if step == max_new_tokens - 1 or (len(stops) and bool((fill >= 0).all())):
             break
-        token, _, state = decode_one_token(model, token, state, sampler, step=decode_step)
+        # the prefill checked the state's values; each step only continues it (as compiled)
+        with validating(False):
+            token, _, state = decode_one_token(model, token, state, sampler, step=decode_step)
     return torch.cat([prompt_ids, torch.stack(new_tokens, dim=1)], dim=1)
 
 
