@@ -41,7 +41,6 @@ from .ops import validating
 TRAIN_PAYS_AFTER_STEPS = 3000
 # The decode step compiles in 20-36 s (lmm / MAC) and then runs 3.7-4.5x as fast.
 DECODE_PAYS_AFTER_S = 30.0
-SETTINGS = ("auto", True, False)
 
 
 def check_compile_setting(name: str, value: Any) -> bool | str:

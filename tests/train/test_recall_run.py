@@ -220,7 +220,7 @@ def test_cli_trains_the_control_and_reports_both(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_seed_binds_beyond_the_window_and_the_swa_control_does_not(tmp_path):
     """The claim of docs/results.md in its smallest form (about 4-8 CPU-minutes): the `recall`
-    preset's lmm, with the layer's defaults and the preset's 500 steps, binds keys to values
+    preset's lmm, with the layer's defaults and the preset's 300 steps, binds keys to values
     -- it answers from 8 windows back at >= 90% -- while the SWA control trained the same way,
     which cannot see that far, stays near chance. Seeds 0-9 are in docs/results.md ("Binding in
     every seed"); this checks seed 0, the README's."""
