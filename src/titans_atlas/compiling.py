@@ -14,8 +14,8 @@ only where that pays, from measurements (docs/benchmarks.md, "What you get by de
   ``DECODE_PAYS_AFTER_S`` in all, then compiles -- never more than twice the better choice's
   time (the ski-rental rule), whatever comes next.
 
-Either way a compile that raises is not a crash: the caller gets ``False`` from
-``guarded_call`` and a one-line reason, and carries on eager.
+Either way a compile that raises is not a crash: one line says why and the work goes on
+eager (the Trainer redoes the failed step; ``DecodeStep`` uses ``guarded_call``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._triton import has_triton
 
 from .ops import validating
 
@@ -69,8 +70,6 @@ def compile_unavailable(device: torch.device | str) -> str | None:
             return "no C++ compiler found (inductor needs one on CPU; set CXX or install g++)"
         return None
     if kind == "cuda":
-        from torch.utils._triton import has_triton  # optional: only CUDA builds use it
-
         return None if has_triton() else "Triton is not installed (inductor needs it on CUDA)"
     return f"auto compiles on CPU and CUDA only, not on {kind}"
 

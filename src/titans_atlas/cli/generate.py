@@ -241,9 +241,7 @@ def _prompt(args: argparse.Namespace) -> str | None:
 def _decode_step(model, args: argparse.Namespace) -> DecodeStep:
     """The one-token step for every turn (so "auto" counts eager time across turns); an MLX
     model behind the torch API decodes eager."""
-    setting = {"auto": "auto", "true": True, "false": False}[args.compile]
-    if not isinstance(model, LanguageModel):
-        setting = False
+    setting = args.compile if isinstance(model, LanguageModel) else False
     return DecodeStep(model, lambda: compiled_decode_step(model), setting, args.device)
 
 
