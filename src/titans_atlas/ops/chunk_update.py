@@ -14,6 +14,8 @@ six: three scaled copies and three batched dot products for the per-memory scala
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -69,26 +71,19 @@ def decayed_rank_update(
     a_t: torch.Tensor,
     end_rows: torch.Tensor,
     momentum_rows: torch.Tensor,
+    fused: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W_end, S_end)`` for ``[G, m, n]`` weights W0 and momentum S0, ``[G, 1, 1]`` scalars
     ``end_keep``, ``end_momentum``, ``momentum_carry``, ``a_t`` ``[G, m, U]`` and
-    ``end_rows`` / ``momentum_rows`` ``[G, U, n]``."""
-    return _DecayedRankUpdate.apply(
-        weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows
-    )
-
-
-def decayed_rank_update_reference(
-    weights: torch.Tensor,
-    momentum: torch.Tensor,
-    *,
-    end_keep: torch.Tensor,
-    end_momentum: torch.Tensor,
-    momentum_carry: torch.Tensor,
-    a_t: torch.Tensor,
-    end_rows: torch.Tensor,
-    momentum_rows: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same expression, differentiated by autograd (the parity oracle)."""
+    ``end_rows`` / ``momentum_rows`` ``[G, U, n]``. ``fused=False``: the same expression,
+    differentiated by autograd (the parity oracle)."""
+    if fused:
+        return _DecayedRankUpdate.apply(
+            weights, momentum, end_keep, end_momentum, momentum_carry, a_t, end_rows, momentum_rows
+        )
     new_weights = end_keep * weights + end_momentum * momentum - a_t @ end_rows
     return new_weights, momentum_carry * momentum - a_t @ momentum_rows
+
+
+# The parity oracle of the fused backward: the plain expression under autograd.
+decayed_rank_update_reference = partial(decayed_rank_update, fused=False)
