@@ -6,6 +6,7 @@ titans eval --checkpoint DIR --task sniah-pk --lengths 1K 2K 4K --out results/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -102,26 +103,13 @@ def add_parser(subparsers) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> EvalSettings:
-    options = dict(
-        lengths=tuple(args.lengths),
-        distances=tuple(args.distances),
-        samples=args.samples,
-        seed=args.seed,
-        text=args.text,
-        bin_size=args.bin_size,
-        haystack_dir=args.haystack_dir,
-        babi_dir=args.babi_dir,
-        babi_split=args.babi_split,
-        dataset=args.dataset,
-        babi_tasks=tuple(args.babi_tasks),
-        scoring=args.scoring,
-        max_new_tokens=args.max_new_tokens,
-        kv_pairs=args.kv_pairs,
-        piece_size=args.piece_size,
-        force=args.force,
-    )
-    if args.depths:
-        options["depths"] = tuple(args.depths)
+    """Every ``EvalSettings`` field has the flag of its name (``--bin-size`` -> ``bin_size``);
+    a flag left unset (None, e.g. ``--depths``) keeps the field's default; lists -> tuples."""
+    options = {}
+    for field in dataclasses.fields(EvalSettings):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            options[field.name] = tuple(value) if isinstance(value, list | tuple) else value
     return EvalSettings(**options)
 
 
