@@ -4,16 +4,16 @@ the same bundles).
 
 Axes: B batch, T tokens, H heads, c Omega window. Symbols as in docs/memory.md ("Symbols").
 
-The allowed values of every option live here, once. Both implementations of each backend
-(``memory_scan_reference``, ``memory_scan_chunk``) take the bundles with one signature:
-``(memory, q, k, v, *, gates: MemoryGates, state, options: ScanOptions)``.
+The allowed values of every option live here, once. Every form of the scan of each backend
+(``memory_scan_reference``, ``memory_scan_chunk``, torch's ``memory_scan_triton``) takes one
+``ScanInputs``: the memory, q, k, v, the state and these two bundles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..validation import check_choice, check_int, check_number
 
@@ -124,3 +124,17 @@ class MemoryGates:
     def to(self, dtype: Any) -> MemoryGates:
         """torch: every gate cast to ``dtype``."""
         return self.map(lambda g: g.to(dtype))
+
+
+class ScanInputs(NamedTuple):
+    """What every form of the scan takes, as ``memory_scan`` hands it over: checked, in the
+    compute dtype, the state prepared (chunk grid, Omega halo). ``memory`` and ``state`` are
+    the backend's ``MemoryModel`` and ``MemoryState``."""
+
+    memory: Any
+    q: Array  # [B, T, H, Dk]
+    k: Array  # [B, T, H, Dk]
+    v: Array  # [B, T, H, Dv]
+    gates: MemoryGates
+    state: Any
+    options: ScanOptions

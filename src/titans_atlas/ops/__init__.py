@@ -15,6 +15,7 @@ from .options import (
     SCAN_IMPLS,
     UPDATE_RULES,
     MemoryGates,
+    ScanInputs,
     ScanOptions,
     update_rule_from_muon,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryGates",
     "MemoryModel",
     "MemoryState",
+    "ScanInputs",
     "ScanOptions",
     "default_polynomial_coefficients",
     "memory_scan",

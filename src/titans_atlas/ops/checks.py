@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..common.checks import check_decay_target, check_qkv_shapes, check_state_layout
 from ..validation import check_choice
 from .memory_models import MemoryModel
-from .options import MemoryGates, ScanOptions
+from .options import ScanInputs, ScanOptions
 from .state import MemoryState
 
 # The default of memory_scan's ``validate``: a context variable, so a training loop can turn
@@ -80,19 +80,10 @@ class Faults:
             raise ValueError(self.messages[int(bad.nonzero()[0, 0])])
 
 
-def check_scan_inputs(
-    memory: MemoryModel,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-    values: bool,
-) -> None:
+def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> None:
     """Raise ValueError naming the argument; ``values`` adds the finiteness and range checks,
     after every structure check passed."""
+    memory, q, k, v, gates, state, options = inputs
     if not isinstance(memory, MemoryModel):
         raise ValueError(f"memory must be a MemoryModel, got {type(memory).__name__}")
     faults = Faults() if values else None

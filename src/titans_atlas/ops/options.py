@@ -1,6 +1,7 @@
 """What a memory scan takes besides q, k, v and the state: ``MemoryGates`` and ``ScanOptions``
-with the allowed values of every option (``common/options.py``, shared with the MLX mirror),
-and the torch implementations a scan may dispatch to.
+with the allowed values of every option, and ``ScanInputs``, what its forms take
+(``common/options.py``, shared with the MLX mirror); the torch implementations a scan may
+dispatch to.
 
 ``layers/`` imports them from ``ops``.
 """
@@ -12,6 +13,7 @@ from ..common.options import (
     READ_MODES,
     UPDATE_RULES,
     MemoryGates,
+    ScanInputs,
     ScanOptions,
     update_rule_from_muon,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "SCAN_IMPLS",
     "UPDATE_RULES",
     "MemoryGates",
+    "ScanInputs",
     "ScanOptions",
     "update_rule_from_muon",
 ]

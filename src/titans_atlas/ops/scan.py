@@ -2,7 +2,7 @@
 
 Axes: B batch, T tokens, H heads, Dk key/query width, Dv value width, c Omega window.
 Bundles the keyword arguments into ``MemoryGates`` and ``ScanOptions``, checks the input,
-prepares the state, and dispatches to one of the forms with one signature:
+prepares the state, and dispatches to one of the forms, each taking one ``ScanInputs``:
 ``memory_scan_reference`` (the per-token loop), ``memory_scan_chunk`` (the chunked dual form)
 or, when asked for, ``ops.triton.memory_scan_triton`` (the chunked form's loop fused on a GPU).
 """
@@ -19,7 +19,7 @@ from ..common.options import auto_impl, scan_update_rule
 from ..validation import check_choice
 from .checks import check_scan_inputs, value_checks_enabled
 from .memory_models import MemoryModel
-from .options import SCAN_IMPLS, MemoryGates, ScanOptions
+from .options import SCAN_IMPLS, MemoryGates, ScanInputs, ScanOptions
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
 from .state import MemoryState
@@ -28,7 +28,7 @@ from .state import MemoryState
 def _fused_triton(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, MemoryState]:
     """``ops.triton.memory_scan_triton`` (docs/gpu.md), imported on first use: ``import
     titans_atlas`` never imports triton (an optional extra). A pass-through: it takes the
-    forms' one signature, which ``memory_scan_chunk`` states."""
+    forms' one ``ScanInputs``."""
     if importlib.util.find_spec("triton") is None:
         raise ValueError(
             "impl='triton' needs the triton package: pip install 'titans-atlas[triton]' "
@@ -117,8 +117,9 @@ def memory_scan(
     )
     gates = MemoryGates(lr, momentum, decay, omega=omega_gate, decay_to=decay_to)
     check_choice("impl", impl, SCAN_IMPLS)
-    values = value_checks_enabled(validate)
-    check_scan_inputs(memory, q, k, v, gates=gates, state=state, options=options, values=values)
+    check_scan_inputs(
+        ScanInputs(memory, q, k, v, gates, state, options), values=value_checks_enabled(validate)
+    )
     out_dtype = output_dtype(q, k, v)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
         return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state
@@ -131,9 +132,7 @@ def memory_scan(
     gates = _batched_target(gates, state)
     q, k, v = (x.to(dtype) for x in (q, k, v))
     with torch.autocast(device_type=q.device.type, enabled=False):
-        y, new_state = IMPLS[impl](
-            memory, q, k, v, gates=gates.to(dtype), state=state, options=options
-        )
+        y, new_state = IMPLS[impl](ScanInputs(memory, q, k, v, gates.to(dtype), state, options))
     return y.to(out_dtype), new_state
 
 

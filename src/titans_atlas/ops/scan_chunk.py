@@ -35,7 +35,7 @@ from .coefficients import (
 )
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5
-from .options import MemoryGates, ScanOptions
+from .options import MemoryGates, ScanInputs
 from .state import MemoryState, TensorDict, last_tokens
 
 
@@ -166,19 +166,12 @@ def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, anchor, c
 
 
 def memory_scan_chunk(
-    memory: MemoryModel,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-    newton_schulz: Callable[..., torch.Tensor] = newton_schulz5,
+    inputs: ScanInputs, *, newton_schulz: Callable[..., torch.Tensor] = newton_schulz5
 ) -> tuple[torch.Tensor, MemoryState]:
     """Chunked dual form; same arguments and result as ``memory_scan_reference`` (inputs
     checked, in the compute dtype, halo prepared). ``newton_schulz``: the NS5 the Muon rules
     use, ``newton_schulz5``'s signature (``impl="triton"`` passes its fused kernel)."""
+    memory, q, k, v, gates, state, options = inputs
     length, size, window = q.shape[1], options.chunk_size, options.omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)

@@ -11,24 +11,15 @@ import torch
 from einops import rearrange
 
 from .clipping import clip_factors
-from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
-from .options import MemoryGates, ScanOptions
+from .options import ScanInputs, ScanOptions
 from .state import MemoryState, TensorDict, last_tokens
 
 
-def memory_scan_reference(
-    memory: MemoryModel,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-) -> tuple[torch.Tensor, MemoryState]:
+def memory_scan_reference(inputs: ScanInputs) -> tuple[torch.Tensor, MemoryState]:
     """Per-token loop; same arguments and result as ``memory_scan_chunk`` (inputs checked,
     in the compute dtype, halo prepared). ``options.checkpoint`` has no effect here."""
+    memory, q, k, v, gates, state, options = inputs
     length, size, window = q.shape[1], options.chunk_size, options.omega_window
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
     omega = gates.omega if gates.omega is not None else gates.lr.new_ones(*gates.lr.shape, 1)

@@ -15,6 +15,7 @@ from ...common.checks import check_decay_target, check_qkv_shapes, check_state_l
 from ...common.options import (
     READ_MODES,
     MemoryGates,
+    ScanInputs,
     ScanOptions,
     auto_impl,
     scan_update_rule,
@@ -55,8 +56,8 @@ def memory_scan(
     The arguments are those of ``titans_atlas.ops.memory_scan`` (q, k ``[B, T, H, Dk]``, v
     ``[B, T, H, Dv]``, gates ``[B, T, H]``, Omega gate ``[B, T, H, c]``), as MLX arrays; the
     torch-only ``checkpoint`` is absent and ``compiled`` chooses ``mx.compile``d steps. The
-    implementations take them bundled, as the torch ones: ``MemoryGates`` and ``ScanOptions``
-    (``common/options.py``).
+    implementations take them bundled, as the torch ones: one ``ScanInputs`` holding
+    ``MemoryGates`` and ``ScanOptions`` (``common/options.py``).
     ``max_grad_norm`` (per-token inner-gradient clip) and ``decay_to`` (the decay target,
     ``[H, ...]`` or ``[B, H, ...]`` per weight) are those of the torch side (docs/memory.md,
     sections 9 and 10).
@@ -83,9 +84,8 @@ def memory_scan(
     gates = gates.map(lambda g: g.astype(dtype))  # in the compute dtype
     out_dtype = q.dtype
     q, k, v = (x.astype(dtype) for x in (q, k, v))
-    y, new_state = IMPLS[impl](
-        memory, q, k, v, gates=gates, state=state, options=options, compiled=compiled
-    )
+    inputs = ScanInputs(memory, q, k, v, gates, state, options)
+    y, new_state = IMPLS[impl](inputs, compiled=compiled)
     return y.astype(out_dtype), new_state
 
 

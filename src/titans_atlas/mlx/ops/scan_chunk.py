@@ -17,7 +17,7 @@ from dataclasses import fields
 
 import mlx.core as mx
 
-from ...common.options import MemoryGates, ScanOptions
+from ...common.options import MemoryGates, ScanInputs
 from .clipping import clip_factors
 from .coefficients import (
     ChunkGates,
@@ -65,12 +65,13 @@ def _key_windows(x: mx.array, halo: mx.array, left: int, right: int, size: int) 
     return cols[:, :, index]
 
 
-def _grid_gates(lr, momentum, decay, omega_gate, position, left, right, size) -> ChunkGates:
-    """ChunkGates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
+def _grid_gates(gates: MemoryGates, position: int, left: int, right: int, size: int) -> ChunkGates:
+    """Gates ``[B, T, H(, c)]`` -> the chunk grid, with Omega taps before the stream masked."""
 
     def rows(g: mx.array) -> mx.array:  # [B, T, H, ...] -> [B, H, N, C, ...]
         return _to_grid(mx.swapaxes(g, 1, 2), left, right, size)
 
+    lr, momentum, decay, omega_gate = gates.lr, gates.momentum, gates.decay, gates.omega
     length = lr.shape[1]
     steps = mx.arange(left + length + right)
     valid = ((steps >= left) & (steps < left + length)).reshape(-1, size)  # [N, C]
@@ -199,37 +200,25 @@ def _per_chunk(coef) -> list[dict[str, mx.array]]:
     return [dict(zip(names, values)) for values in zip(*per_field)]
 
 
-def memory_scan_chunk(
-    memory: MemoryModel,
-    q: mx.array,
-    k: mx.array,
-    v: mx.array,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-    compiled: bool = True,
-) -> tuple[mx.array, MemoryState]:
+def memory_scan_chunk(inputs: ScanInputs, *, compiled: bool = True) -> tuple[mx.array, MemoryState]:
     """Chunked dual form; same arguments and result as ``memory_scan_reference``
     (inputs already validated and in the compute dtype, ``decay_to`` ``[B, H, ...]``)."""
-    lr, momentum, decay, omega_gate = gates.lr, gates.momentum, gates.decay, gates.omega
-    chunk_size, omega_window, read = options.chunk_size, options.omega_window, options.read
-    muon, max_grad_norm = MUON_MODES[options.update_rule], options.max_grad_norm
-    decay_to = gates.decay_to
-    length, size, window = q.shape[1], chunk_size, omega_window
+    memory, q, k, v, gates, state, options = inputs
+    muon = MUON_MODES[options.update_rule]
+    length, size, window = q.shape[1], options.chunk_size, options.omega_window
     left = state.position % size
     num_chunks = math.ceil((left + length) / size)
     right = num_chunks * size - left - length
     q, k, v = (mx.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, D]
     halo_k, halo_v = state.halo_keys, state.halo_values  # prepared by the caller
 
-    gates = _grid_gates(lr, momentum, decay, omega_gate, state.position, left, right, size)
+    grid_gates = _grid_gates(gates, state.position, left, right, size)
     if muon is None:
-        coefs = momentum_coefficients(gates, read)
+        coefs = momentum_coefficients(grid_gates, options.read)
     else:
-        coefs = muon_coefficients(gates, read, muon == "chunk")
-    step = chunk_step(memory, muon, compiled, max_grad_norm)
-    anchor = decay_to or {}
+        coefs = muon_coefficients(grid_gates, options.read, muon == "chunk")
+    step = chunk_step(memory, muon, compiled, options.max_grad_norm)
+    anchor = gates.decay_to or {}
     chunks = zip(
         _per_chunk(coefs),
         unbind(_to_grid(q, left, right, size), 2),  # [B, H, C, Dk] each

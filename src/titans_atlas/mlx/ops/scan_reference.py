@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ...common.options import MemoryGates, ScanOptions
+from ...common.options import ScanInputs
 from .clipping import clip_factors
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5_reference
@@ -73,30 +73,22 @@ def token_step(
 
 
 def memory_scan_reference(
-    memory: MemoryModel,
-    q: mx.array,
-    k: mx.array,
-    v: mx.array,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-    compiled: bool = False,
+    inputs: ScanInputs, *, compiled: bool = False
 ) -> tuple[mx.array, MemoryState]:
     """Per-token loop; same arguments and result as ``memory_scan_chunk``."""
-    lr, momentum, decay, omega_gate = gates.lr, gates.momentum, gates.decay, gates.omega
-    chunk_size, omega_window, read = options.chunk_size, options.omega_window, options.read
-    muon, max_grad_norm = MUON_MODES[options.update_rule], options.max_grad_norm
-    decay_to = gates.decay_to
-    length, size, window = q.shape[1], chunk_size, omega_window
+    memory, q, k, v, gates, state, options = inputs
+    muon = MUON_MODES[options.update_rule]
+    length, size, window = q.shape[1], options.chunk_size, options.omega_window
     q, k, v = (mx.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, D]
+    lr, omega_gate = gates.lr, gates.omega
     if omega_gate is None:
         omega_gate = mx.ones((*lr.shape, 1), dtype=lr.dtype)
     keys = mx.concatenate([state.halo_keys, k], axis=2)  # [B, H, c-1+T, Dk]
     values = mx.concatenate([state.halo_values, v], axis=2)
-    step = token_step(memory, muon, read, compiled, max_grad_norm)
-    anchor = decay_to or {}
-    gates = [mx.swapaxes(g, 1, 2)[..., None, None] for g in (lr, momentum, decay)]  # [B,H,T,1,1]
+    step = token_step(memory, muon, options.read, compiled, options.max_grad_norm)
+    anchor = gates.decay_to or {}
+    per_token = (lr, gates.momentum, gates.decay)
+    per_token = [mx.swapaxes(g, 1, 2)[..., None, None] for g in per_token]  # [B, H, T, 1, 1]
 
     weights, mom, base = state.weights, state.momentum, state.chunk_base()
     outputs = []
@@ -109,7 +101,7 @@ def memory_scan_reference(
         taps_v = values[:, :, r : r + window][:, :, ::-1]
         exists = mx.array([float(t - j >= 0) for j in range(window)], dtype=omega_gate.dtype)
         gamma = omega_gate[:, r] * exists  # [B, H, c]
-        theta, eta, alpha = (g[:, :, r] for g in gates)  # [B, H, 1, 1]
+        theta, eta, alpha = (g[:, :, r] for g in per_token)  # [B, H, 1, 1]
         ns_step = mx.array(float(muon == "token" or t % size == size - 1), dtype=theta.dtype)
         y, weights, mom = step(
             base,

@@ -19,7 +19,7 @@ from einops import rearrange
 
 from ..coefficients import MomentumCoefficients, momentum_coefficients
 from ..memory_models import LinearMemory, MemoryModel, MLPMemory
-from ..options import MemoryGates, ScanOptions
+from ..options import ScanInputs, ScanOptions
 from ..scan_chunk import _grid_gates, _key_windows, _to_grid, memory_scan_chunk
 from ..state import MemoryState, last_tokens
 from ._tiles import PRECISIONS, interpreter_requested, interpreting
@@ -145,15 +145,7 @@ def _next_base(state: MemoryState, inside: int, num_chunks: int, last_start: dic
 
 
 def memory_scan_triton(
-    memory: MemoryModel,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    gates: MemoryGates,
-    state: MemoryState,
-    options: ScanOptions,
-    precision: str = "ieee",
+    inputs: ScanInputs, *, precision: str = "ieee"
 ) -> tuple[torch.Tensor, MemoryState]:
     """Fused chunked dual form; same arguments and result as ``memory_scan_chunk``.
 
@@ -164,6 +156,7 @@ def memory_scan_triton(
     ``precision`` is ``tl.dot``'s input precision for float32 (see ``PRECISIONS``); float64 is
     always exact.
     """
+    memory, q, k, v, gates, state, options = inputs
     dtype = next(iter(state.weights.values())).dtype
     check_supported(memory, options, q.device, dtype)
     if precision not in PRECISIONS:
@@ -171,9 +164,7 @@ def memory_scan_triton(
     precision = "ieee" if dtype == torch.float64 else precision  # TF32 is a float32 mode
     if options.update_rule != "momentum":  # Muon: the torch chunk loop, NS5 fused
         ns5 = partial(newton_schulz5_triton, precision=precision)
-        return memory_scan_chunk(
-            memory, q, k, v, gates=gates, state=state, options=options, newton_schulz=ns5
-        )
+        return memory_scan_chunk(inputs, newton_schulz=ns5)
     batch, length, heads = q.shape[:3]
     size, window = options.chunk_size, options.omega_window
     left = state.position % size
