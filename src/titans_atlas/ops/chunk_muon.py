@@ -20,7 +20,7 @@ from einops import rearrange
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 
 from .clipping import clip_factors
-from .coefficients import MuonCoefficients
+from .coefficients import Chunk, MuonCoefficients
 from .memory_models import MemoryModel
 from .newton_schulz import newton_schulz5
 from .state import TensorDict
@@ -62,27 +62,21 @@ def _orthogonal_momenta(coef, factors, momentum, names, newton_schulz, save_iter
 
 def muon_chunk_step(
     memory: MemoryModel,
-    coef: MuonCoefficients,
-    base: TensorDict,
-    weights: TensorDict,
-    momentum: TensorDict,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    anchor: TensorDict | None = None,
+    chunk: Chunk,
     *,
     checkpointed: bool = False,
     max_grad_norm: float | None = None,
     newton_schulz: Callable[..., torch.Tensor] = newton_schulz5,
 ):
-    """One chunk: q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at ``base`` (clipped to
-    ``max_grad_norm`` per token and weight before they enter the momenta), the chunk starts
-    from (``weights``, ``momentum``) = (W0, S0); ``anchor``: the decay target A, or None.
+    """One ``Chunk`` (``MuonCoefficients``): gradients at its ``base`` (clipped to
+    ``max_grad_norm`` per token and weight before they enter the momenta), from its start
+    (``weights``, ``momentum``) = (W0, S0), with its decay target ``anchor`` A or None.
     Returns (y ``[B, H, C, Dv]``, W_end, S_end). Materialises this chunk's M momenta of each
     weight, ``[B, H, M, m, n]``. ``checkpointed``: the step runs under activation
     checkpointing, so NS5 may keep its iterates (only the recompute's are kept, one chunk at
     a time) instead of recomputing. ``newton_schulz``: the NS5 implementation (the torch
     form, or the fused Triton kernel of ``impl="triton"``)."""
+    coef, base, weights, momentum, q, k, v, anchor = chunk
     factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
     tall = {name: a.shape[-1] > b.shape[-1] for name, (a, b) in factors.items()}
     # Outside chunk checkpointing, the momenta are rebuilt in backward from the rank-1 factors

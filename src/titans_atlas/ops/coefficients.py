@@ -23,6 +23,8 @@ is masked to -inf *before* exp (masking after exp meets 0 * inf = NaN on underfl
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..common import coefficients
@@ -32,11 +34,28 @@ from ..common.coefficients import (
     MomentumCoefficients,
     MuonCoefficients,
 )
+from .state import TensorDict
 
 # Smallest gate value taken into log space. A gate of exactly 0 (eta = 0, or 1 - alpha = 0) is
 # evaluated at TINY with a straight-through gradient: exp(log TINY + rest) is 0 to ~1e-30 in
 # value, and d/d gate = (TINY * rest) / TINY = rest is the true derivative of the product.
 TINY = 1e-30
+
+
+class Chunk(NamedTuple):
+    """Chunk n as a chunk step takes it: its coefficients (``MomentumCoefficients`` or
+    ``MuonCoefficients`` of this chunk), the ``base`` weights its gradients are taken at, its
+    start weights W0 and momentum S0, q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``, and the
+    decay target A (None: the decay pulls toward zero)."""
+
+    coef: MomentumCoefficients | MuonCoefficients
+    base: TensorDict
+    weights: TensorDict
+    momentum: TensorDict
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    anchor: TensorDict | None
 
 
 def safe_log(x: torch.Tensor) -> torch.Tensor:

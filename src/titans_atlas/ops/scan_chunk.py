@@ -25,8 +25,8 @@ from .chunk_muon import muon_chunk_step
 from .chunk_update import decayed_rank_update
 from .clipping import clip_factors
 from .coefficients import (
+    Chunk,
     ChunkGates,
-    MomentumCoefficients,
     momentum_coefficients,
     muon_coefficients,
     omega_band,
@@ -79,26 +79,15 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[-2:])
 
 
-def momentum_chunk_step(
-    memory: MemoryModel,
-    coef: MomentumCoefficients,
-    base: TensorDict,
-    weights: TensorDict,
-    momentum: TensorDict,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    anchor: TensorDict | None = None,
-    *,
-    max_grad_norm: float | None = None,
-):
-    """One chunk of rule "momentum": q ``[B, H, C, Dk]``, k/v ``[B, H, U, D]``; gradients at
-    ``base`` (clipped to ``max_grad_norm`` per token and weight), the chunk starts from
-    (``weights``, ``momentum``) = (W0, S0); ``anchor``: the decay target A, or None.
+def momentum_chunk_step(memory: MemoryModel, chunk: Chunk, *, max_grad_norm: float | None = None):
+    """One ``Chunk`` of rule "momentum" (``MomentumCoefficients``): gradients at its ``base``
+    (clipped to ``max_grad_norm`` per token and weight), from its start (``weights``,
+    ``momentum``) = (W0, S0), with its decay target ``anchor`` A or None.
 
     Scalars ride on the small operands and products accumulate in place (``baddbmm_``), so
     the large weight matrices are read once per product and never pass through elementwise ops.
     """
+    coef, base, weights, momentum, q, k, v, anchor = chunk
     factors = clip_factors(memory.grad_factors(base, k, v), max_grad_norm)
 
     def linear(name: str, x: torch.Tensor) -> torch.Tensor:  # row i: x_i W_i, by eq. (4)
@@ -155,12 +144,11 @@ def _run_chunks(step, memory, coefs, *, q_grid, k_cols, v_cols, state, anchor, c
     for n, (coef, q, k, v) in enumerate(inputs):
         if n > 0:
             base = weights
-        chunk = dict(coef=coef, base=base, weights=weights, momentum=mom, q=q, k=k, v=v)
-        chunk["anchor"] = anchor
+        chunk = Chunk(coef, base, weights, mom, q, k, v, anchor)
         if checkpoint and torch.is_grad_enabled():
-            y, weights, mom = activation_checkpoint(step, memory, use_reentrant=False, **chunk)
+            y, weights, mom = activation_checkpoint(step, memory, chunk, use_reentrant=False)
         else:
-            y, weights, mom = step(memory, **chunk)
+            y, weights, mom = step(memory, chunk)
         outputs.append(y)
     return torch.cat(outputs, dim=2), weights, mom, base
 
