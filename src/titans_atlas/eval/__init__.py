@@ -23,7 +23,16 @@ from .inference import Evaluator
 from .loading import LoadedCheckpoint, load_checkpoint, resolve_model_dir
 from .metrics import babilong_compare_answers, ruler_string_match_all
 from .recall import batch_accuracy
-from .registry import TASKS, EvalSettings, Task, get_task, list_tasks, register_task, run_task
+from .registry import (
+    TASKS,
+    EvalSettings,
+    Scoring,
+    Task,
+    get_task,
+    list_tasks,
+    register_task,
+    run_task,
+)
 from .results import write_result
 
 __all__ = [
@@ -34,6 +43,7 @@ __all__ = [
     "LoadedCheckpoint",
     "MemoryBudgetError",
     "MemoryEstimate",
+    "Scoring",
     "Task",
     "babilong_compare_answers",
     "babilong_style_batch",

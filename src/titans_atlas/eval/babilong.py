@@ -24,7 +24,7 @@ from ..tokenizers import Tokenizer, say_network
 from .inference import Evaluator
 from .metrics import babilong_compare_answers, babilong_labels, percent
 from .plots import heatmap, length_label, plot_title
-from .registry import EvalSettings, Task, mean_by, register_task, without_prompt
+from .registry import EvalSettings, Scoring, mean_by, without_prompt
 
 COLUMNS = ("input", "question", "target")
 DEFAULT_LENGTHS = (0, 1024, 2048, 4096)
@@ -165,25 +165,16 @@ def _plot(result: dict, path: Path) -> None:
     )
 
 
-register_task(
-    Task(
-        name="babilong",
-        label="BABILong (RMT-team/babilong)",
-        description="the BABILong benchmark from Hugging Face (or a local copy), qa1-qa5",
-        samples=_hub_samples,
-        score=_score,
-        summarize=_summarize,
-        plot=_plot,
-    )
+BABILONG = Scoring(_score, _summarize, _plot)  # the hub's samples and the offline ones
+BABILONG.register(
+    name="babilong",
+    label="BABILong (RMT-team/babilong)",
+    description="the BABILong benchmark from Hugging Face (or a local copy), qa1-qa5",
+    samples=_hub_samples,
 )
-register_task(
-    Task(
-        name="babilong-style",
-        label=STYLE_LABEL,
-        description="BABILong-style samples built offline from bAbI files and book text",
-        samples=_style_samples,
-        score=_score,
-        summarize=_summarize,
-        plot=_plot,
-    )
+BABILONG.register(
+    name="babilong-style",
+    label=STYLE_LABEL,
+    description="BABILong-style samples built offline from bAbI files and book text",
+    samples=_style_samples,
 )

@@ -14,7 +14,7 @@ from ..tasks.mqar import mqar_batch
 from ..tokenizers import Tokenizer
 from .inference import Evaluator
 from .plots import curves, plot_title
-from .registry import EvalSettings, Task, register_task
+from .registry import EvalSettings, Scoring
 
 
 def labelled_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
@@ -111,14 +111,9 @@ def _plot(result: dict, path: Path) -> None:
     )
 
 
-register_task(
-    Task(
-        name="mqar",
-        label="MQAR (zoology multi-query associative recall)",
-        description="multi-query associative recall, for models trained on it",
-        samples=_samples,
-        score=_score,
-        summarize=_summarize,
-        plot=_plot,
-    )
+Scoring(_score, _summarize, _plot).register(
+    name="mqar",
+    label="MQAR (zoology multi-query associative recall)",
+    description="multi-query associative recall, for models trained on it",
+    samples=_samples,
 )

@@ -24,7 +24,7 @@ from ..tokenizers import Tokenizer
 from .inference import Evaluator
 from .metrics import percent, ruler_string_match_all
 from .plots import heatmap, length_label, plot_title
-from .registry import EvalSettings, Task, mean_by, register_task, without_prompt
+from .registry import EvalSettings, Scoring, mean_by, without_prompt
 
 # --- tasks -----------------------------------------------------------------------------------
 
@@ -95,15 +95,11 @@ def plot_grid(result: dict, path: Path) -> None:
     )
 
 
+GRID = Scoring(score_generated, summarize_grid, plot_grid)  # every needle task
 for _name, _variant in {**VARIANTS, "passkey": None}.items():
-    register_task(
-        Task(
-            name=_name,
-            label=_variant.label if _variant else "Passkey (Mohtashami & Jaggi 2023)",
-            description="needle retrieval: accuracy over context length x needle depth",
-            samples=_niah_samples(_name),
-            score=score_generated,
-            summarize=summarize_grid,
-            plot=plot_grid,
-        )
+    GRID.register(
+        name=_name,
+        label=_variant.label if _variant else "Passkey (Mohtashami & Jaggi 2023)",
+        description="needle retrieval: accuracy over context length x needle depth",
+        samples=_niah_samples(_name),
     )

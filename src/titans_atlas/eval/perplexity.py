@@ -23,7 +23,7 @@ from ..tokenizers import Tokenizer
 from ..validation import not_text_error
 from .inference import DEFAULT_PIECE, Evaluator
 from .plots import curves
-from .registry import EvalSettings, Task, register_task
+from .registry import EvalSettings, Scoring
 
 BLOCK_CHARS = 1 << 16
 
@@ -245,14 +245,9 @@ def _plot(result: dict, path: Path) -> None:
     )
 
 
-register_task(
-    Task(
-        name="perplexity",
-        label="Perplexity / bits per byte (streamed)",
-        description="loss, perplexity and bits per byte of a text file, with loss by position",
-        samples=_samples,
-        score=_score,
-        summarize=_summarize,
-        plot=_plot,
-    )
+Scoring(_score, _summarize, _plot).register(
+    name="perplexity",
+    label="Perplexity / bits per byte (streamed)",
+    description="loss, perplexity and bits per byte of a text file, with loss by position",
+    samples=_samples,
 )

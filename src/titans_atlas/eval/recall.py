@@ -15,7 +15,7 @@ from ..tokenizers import Tokenizer
 from .inference import DEFAULT_PIECE, Evaluator
 from .mqar import batch_rows, check_vocab, labelled_accuracy
 from .plots import curves, plot_title
-from .registry import EvalSettings, Task, mean_by, register_task
+from .registry import EvalSettings, Scoring, mean_by
 
 # the batch builders' old home: ``from titans_atlas.eval.recall import passkey_batch`` works
 _BUILDERS = ("babilong_style_batch", "mqar_batch", "passkey_batch", "prompt_answer_batch")
@@ -101,14 +101,9 @@ def _kv_plot(result: dict, path: Path) -> None:
     )
 
 
-register_task(
-    Task(
-        name="kv-recall",
-        label="Key-value recall at controlled distance",
-        description="recall of a value a set number of tokens back, for models trained on it",
-        samples=_kv_samples,
-        score=_kv_score,
-        summarize=_kv_summarize,
-        plot=_kv_plot,
-    )
+Scoring(_kv_score, _kv_summarize, _kv_plot).register(
+    name="kv-recall",
+    label="Key-value recall at controlled distance",
+    description="recall of a value a set number of tokens back, for models trained on it",
+    samples=_kv_samples,
 )

@@ -74,6 +74,8 @@ class EvalSettings:
 
 SampleFn = Callable[[EvalSettings, Tokenizer], Iterable[dict]]
 ScoreFn = Callable[[Evaluator, Tokenizer, dict, EvalSettings], dict]
+SummarizeFn = Callable[[list[dict], EvalSettings], dict]
+PlotFn = Callable[[dict, Path], None]
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ class Task:
     description: str
     samples: SampleFn  # generator or loader
     score: ScoreFn  # one sample -> its outcome (JSON-ready, with "score" in [0, 1])
-    summarize: Callable[[list[dict], EvalSettings], dict]
-    plot: Callable[[dict, Path], None]  # result -> PNG file
+    summarize: SummarizeFn
+    plot: PlotFn  # result -> PNG file
 
 
 TASKS: dict[str, Task] = {}
@@ -95,6 +97,22 @@ def register_task(task: Task) -> Task:
         raise ValueError(f"task {task.name!r} is already registered")
     TASKS[task.name] = task
     return task
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a family of tasks scores one sample, sums up the outcomes and plots the result;
+    the tasks of a family differ only in their samples (BABILong from the hub or built
+    offline, the S-NIAH variants and the passkey)."""
+
+    score: ScoreFn
+    summarize: SummarizeFn
+    plot: PlotFn
+
+    def register(self, *, name: str, label: str, description: str, samples: SampleFn) -> Task:
+        """Register the task ``name`` of this family (``register_task``)."""
+        task = Task(name, label, description, samples, self.score, self.summarize, self.plot)
+        return register_task(task)
 
 
 def list_tasks() -> list[str]:
