@@ -1,14 +1,15 @@
 """The sampling rules of generation, for both backends: the settings (``SamplingConfig``)
 and the order the logit filters run in -- HF transformers' order: repetition penalty,
 temperature, top-k, top-p, min-p. Each backend supplies the filters as array code
-(``generation/sampling.py``, ``mlx/generate.py``).
+(``generation/sampling.py``, ``mlx/generate.py``). Also the checks of ``generate``'s
+settings that are not arrays.
 
 Axes: B batch, V vocabulary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,3 +76,20 @@ def apply_sampling_rules(
     if config.min_p is not None:
         logits = filters.min_p(logits, config.min_p)
     return logits
+
+
+def check_generate_settings(
+    max_new_tokens: Any, stop_tokens: Any, pad_token: Any, seed: Any, vocab_size: int
+) -> tuple[int, ...]:
+    """``generate``'s arguments that are not arrays, checked the same way on both backends
+    (ValueError naming the argument); returns the stop tokens as a tuple."""
+    check_int("max_new_tokens", max_new_tokens, 0)
+    if seed is not None:
+        check_int("seed", seed, 0, 2**64 - 1)
+    if isinstance(stop_tokens, str | bytes) or not isinstance(stop_tokens, Sequence):
+        raise ValueError(f"stop_tokens must be a list or tuple of token ids, got {stop_tokens!r}")
+    for token in stop_tokens:
+        check_int("stop_tokens", token, 0, vocab_size - 1)
+    if pad_token is not None:
+        check_int("pad_token", pad_token, 0, vocab_size - 1)
+    return tuple(stop_tokens)

@@ -18,10 +18,11 @@ from weakref import WeakKeyDictionary
 
 import torch
 
+from ..common.sampling import check_generate_settings
 from ..models.backbone import LanguageModel
 from ..models.state import ModelState
 from ..ops import validating
-from ..validation import check_bool, check_int, check_token_ids
+from ..validation import check_bool, check_token_ids
 from .sampling import Sampler, SamplingConfig
 
 Step = Callable[[torch.Tensor, ModelState], tuple[torch.Tensor, ModelState]]
@@ -161,14 +162,5 @@ def _check_generate_args(
     _check_model(model)
     vocab = model.config.vocab_size
     _check_prompt(prompt_ids, vocab)
-    check_int("max_new_tokens", max_new_tokens, 0)
-    if seed is not None:
-        check_int("seed", seed, 0, 2**64 - 1)
     check_bool("compile", compile)
-    if isinstance(stop_tokens, str | bytes | torch.Tensor) or not isinstance(stop_tokens, Sequence):
-        raise ValueError(f"stop_tokens must be a list or tuple of token ids, got {stop_tokens!r}")
-    for token in stop_tokens:
-        check_int("stop_tokens", token, 0, vocab - 1)
-    if pad_token is not None:
-        check_int("pad_token", pad_token, 0, vocab - 1)
-    return tuple(stop_tokens)
+    return check_generate_settings(max_new_tokens, stop_tokens, pad_token, seed, vocab)

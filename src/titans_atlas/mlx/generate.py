@@ -16,7 +16,12 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..common.sampling import LogitFilters, SamplingConfig, apply_sampling_rules
+from ..common.sampling import (
+    LogitFilters,
+    SamplingConfig,
+    apply_sampling_rules,
+    check_generate_settings,
+)
 from .models.backbone import LanguageModel, ModelState
 
 __all__ = [
@@ -177,7 +182,9 @@ def generate(
     """
     config = SamplingConfig(temperature, top_k, top_p, min_p, repetition_penalty, greedy)
     prompt_ids = as_ids(prompt_ids)
-    _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token)
+    _check_prompt(model, prompt_ids)
+    vocab = model.config.vocab_size
+    stop_tokens = check_generate_settings(max_new_tokens, stop_tokens, pad_token, seed, vocab)
     if max_new_tokens == 0:
         return prompt_ids
     sampler = Sampler(config, prompt_ids, model.config.vocab_size, seed)
@@ -198,17 +205,9 @@ def generate(
     return mx.concatenate([prompt_ids, mx.stack(new_tokens, axis=1)], axis=1)
 
 
-def _check_generate_args(model, prompt_ids, max_new_tokens, stop_tokens, pad_token) -> None:
+def _check_prompt(model: LanguageModel, prompt_ids: mx.array) -> None:
     if prompt_ids.shape[0] < 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must hold >= 1 token per sample, got {prompt_ids.shape}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     vocab = model.config.vocab_size
     if not bool(((prompt_ids >= 0) & (prompt_ids < vocab)).all().item()):
         raise ValueError(f"prompt_ids must lie in [0, {vocab})")
-    if any(not 0 <= int(t) < vocab for t in stop_tokens):
-        raise ValueError(f"stop_tokens must lie in [0, {vocab}), got {list(stop_tokens)}")
-    if pad_token is not None and not 0 <= pad_token < vocab:
-        raise ValueError(f"pad_token must lie in [0, {vocab}), got {pad_token}")
