@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 import titans_atlas as ta
 from titans_atlas.layers.memory_config import LATER_FIELDS, UNBOUNDED_GATES
-from titans_atlas.models.config import MAC_FIELDS
+from titans_atlas.models.config import MAC_FIELDS, MAG_FIELDS
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -168,6 +168,9 @@ def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> No
     for key in drop:
         memory.pop(key)
     memory.update(add or {})
+    if version <= 5:  # formats 1-5 had no MAG option
+        for key in MAG_FIELDS:
+            meta["config"].pop(key, None)
     if version <= 4:  # formats 1-4 had no MAC options and no qk_init
         for key in MAC_FIELDS:
             meta["config"].pop(key, None)
@@ -209,12 +212,12 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_5_is_written_with_every_memory_field_and_without_runtime_choices(saved):
+def test_format_6_is_written_with_every_memory_field_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 5
+    assert meta["version"] == 6
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
     assert {*UNBOUNDED_GATES, *LATER_FIELDS, "qk_init"} <= set(meta["config"]["memory"])
-    assert set(MAC_FIELDS) <= set(meta["config"])
+    assert {*MAC_FIELDS, *MAG_FIELDS} <= set(meta["config"])
 
 
 def test_format_3_checkpoints_load_with_the_omega_gates_they_had(tmp_path):

@@ -70,11 +70,21 @@ class ResidualAttentionFlow:
 
 
 class GateNorms:
-    """The non-linear gate's two learnable normalisations (its sigmoid is array code)."""
+    """The non-linear gate's two learnable normalisations (its sigmoid is array code).
 
-    def build(self, parts: BlockParts, config: Any) -> None:
+    ``attention_gates`` (MAG's ``mag_gate="attention"``) swaps the roles: the memory's read is
+    what passes, RMSNorm(m) * sigmoid(RMSNorm(y)), and the gating norm's gain starts at zero
+    (``ZERO_GAIN``), so the gate starts at a uniform 0.5 instead of per-token noise."""
+
+    def build(self, parts: BlockParts, config: Any, attention_gates: bool = False) -> None:
         self.norm_y = parts.norm(config)
         self.norm_m = parts.norm(config)
+        self.attention_gates = attention_gates
+
+    @property
+    def zero_gain_norm(self) -> Any:
+        """The norm whose gain starts at zero: the gating side's, with ``attention_gates``."""
+        return self.norm_y if self.attention_gates else None
 
 
 class MemoryFlow:
@@ -92,7 +102,9 @@ class MemoryFlow:
 
 
 class MAGFlow:
-    """MAG (Titans eqs. 26-28): h = norm(x); y = attn(h); m = memory(h); x + gate(y, m); FFN."""
+    """MAG (Titans eqs. 26-28): h = norm(x); y = attn(h); m = memory(h); x + gate(y, m); FFN.
+    ``config.mag_gate`` says which branch gates: "memory" (the papers' form, RMSNorm(y) *
+    sigmoid(RMSNorm(m))) or "attention" (RMSNorm(m) * sigmoid(RMSNorm(y)))."""
 
     state_class: type
 
@@ -100,7 +112,7 @@ class MAGFlow:
         self.norm = parts.norm(config)
         self.attn = parts.attn(config, VisibilityRule(window=config.window))
         self.memory = parts.neural_memory(config)
-        self.gate = parts.gate(config)
+        self.gate = parts.gate(config, config.mag_gate == "attention")
         self.ffn = parts.feed_forward(config)
 
     def forward(self, x: Any, state: Any, position: int) -> tuple[Any, Any]:

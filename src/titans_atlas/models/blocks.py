@@ -64,10 +64,18 @@ class ResidualAttention(ResidualAttentionFlow, Built):
 
 class NonLinearGate(GateNorms, Built):
     """o = RMSNorm(y) * sigmoid(RMSNorm(m)) with learnable normalisation weights (Titans
-    eq. 28); MAC's y (x) M*(y) (eq. 25) uses the same gate."""
+    eq. 28); MAC's y (x) M*(y) (eq. 25) uses the same gate. With ``attention_gates`` (MAG's
+    ``mag_gate="attention"``): RMSNorm(m) * sigmoid(RMSNorm(y)), y's gain starting at zero."""
 
     def forward(self, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        if self.attention_gates:
+            return self.norm_m(m) * torch.sigmoid(self.norm_y(y))
         return self.norm_y(y) * torch.sigmoid(self.norm_m(m))
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        super().init_weights(std, out_std)
+        if self.zero_gain_norm is not None:
+            nn.init.zeros_(self.zero_gain_norm.weight)
 
 
 PARTS = BlockParts(

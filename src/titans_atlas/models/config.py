@@ -20,8 +20,11 @@ MAX_VOCAB_SIZE = 2**24
 # whatever the input's length: a window of 10^9 asked for 128 GB before anything ran.
 MAX_WINDOW = 2**20
 MAC_MEMORY_INPUTS = ("attention", "input")
+MAG_GATES = ("memory", "attention")
 # Fields added after checkpoint format 4, with the values every earlier file was built with.
 MAC_FIELDS = {"mac_memory_input": "attention", "mac_context_norm": False}
+# ... after format 5.
+MAG_FIELDS = {"mag_gate": "memory"}
 # Fields that left the config, and where they went (named in the error for old code).
 MOVED_FIELDS = {
     "muon": 'update_rule ("momentum", "muon" or "muon_chunk")',
@@ -62,6 +65,10 @@ class ModelConfig:
     # before attention, so they enter it at the scale of the segment's normed tokens.
     mac_memory_input: str = "attention"
     mac_context_norm: bool = False
+    # MAG only (docs/architectures.md, "MAG option"): which branch gates the other. "memory"
+    # -- RMSNorm(y) * sigmoid(RMSNorm(m)), the papers' eq. 28 -- or "attention" --
+    # RMSNorm(m) * sigmoid(RMSNorm(y)), the gate's gain starting at zero.
+    mag_gate: str = "memory"
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
@@ -82,6 +89,7 @@ class ModelConfig:
         check_bool("tie_embeddings", self.tie_embeddings)
         check_choice("mac_memory_input", self.mac_memory_input, MAC_MEMORY_INPUTS)
         check_bool("mac_context_norm", self.mac_context_norm)
+        check_choice("mag_gate", self.mag_gate, MAG_GATES)
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
         if int(self.ffn_expansion * self.dim) < 1:

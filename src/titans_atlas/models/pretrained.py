@@ -6,9 +6,10 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 5 (written now) holds the architecture only, the memory's stability fields,
-``omega_gate_source`` and the MAC options (``mac_memory_input``, ``mac_context_norm``)
-included. 4 predates the MAC options: read as the papers' MAC ("attention", no norm).
+Format versions: 6 (written now) holds the architecture only, the memory's stability fields,
+``omega_gate_source``, the MAC options (``mac_memory_input``, ``mac_context_norm``) and the
+MAG option (``mag_gate``) included. 5 predates the MAG option: read as the papers' MAG
+("memory"). 4 predates the MAC options: read as the papers' MAC ("attention", no norm).
 3 predates ``omega_gate_source``: its Omega gates were all
 taken from the step's token, so it is read as "step". 2 predates the stability fields
 (``momentum_max``, ``decay_min``, ``max_grad_norm``, ``decay_target``); it is read with the
@@ -37,13 +38,13 @@ from ..layers.memory_config import (
     UNBOUNDED_GATES,
     MemoryConfig,
 )
-from .config import MAC_FIELDS, ModelConfig
+from .config import MAC_FIELDS, MAG_FIELDS, ModelConfig
 from .registry import MODELS, build_model
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -195,6 +196,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v3(config, path)
     if version in (1, 2, 3, 4):
         config = _upgrade_v4(config, path)
+    if version in (1, 2, 3, 4, 5):
+        config = _upgrade_v5(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -243,6 +246,14 @@ def _upgrade_v4(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: formats 1-4 have no config field(s) {present}")
     return {**MAC_FIELDS, **config}
+
+
+def _upgrade_v5(config: dict, path: Path) -> dict:
+    """Format 5 -> 6: the MAG option did not exist; every MAG was the papers' form."""
+    present = sorted(set(MAG_FIELDS) & set(config))
+    if present:
+        raise CheckpointError(f"{path}: formats 1-5 have no config field(s) {present}")
+    return {**MAG_FIELDS, **config}
 
 
 def _upgrade_v3(config: dict, path: Path) -> dict:

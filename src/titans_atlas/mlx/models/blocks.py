@@ -39,9 +39,18 @@ class ResidualAttention(ResidualAttentionFlow, Built):
 
 
 class NonLinearGate(GateNorms, Built):
-    """o = RMSNorm(y) * sigmoid(RMSNorm(m)) (Titans eq. 28; MAC's eq. 25 uses it too)."""
+    """o = RMSNorm(y) * sigmoid(RMSNorm(m)) (Titans eq. 28; MAC's eq. 25 uses it too); with
+    ``attention_gates`` (MAG's ``mag_gate="attention"``) RMSNorm(m) * sigmoid(RMSNorm(y)),
+    y's gain starting at zero."""
+
+    def __init__(self, config: ModelConfig, *args: Any) -> None:
+        super().__init__(config, *args)
+        if self.zero_gain_norm is not None:
+            self.zero_gain_norm.weight = mx.zeros_like(self.zero_gain_norm.weight)
 
     def forward(self, y: mx.array, m: mx.array) -> mx.array:
+        if self.attention_gates:
+            return self.norm_m(m) * mx.sigmoid(self.norm_y(y))
         return self.norm_y(y) * mx.sigmoid(self.norm_m(m))
 
 
