@@ -182,6 +182,13 @@ def run_one(args: argparse.Namespace, key: dict) -> dict:
     }  # fmt: skip
 
 
+def label_of(row: dict) -> str:
+    """The model's name, with the settings a ``--set`` changed (their last dotted part)."""
+    changed = [o.split("=", 1) for o in row.get("overrides", [])]
+    extra = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in changed]
+    return " ".join([row["model"], *extra])
+
+
 def group_of(row: dict) -> tuple:
     """What the learning-rate sweep varies inside: every key field but the lr."""
     return tuple(json.dumps(row[k]) for k in KEY_FIELDS if k != "lr")
@@ -196,7 +203,7 @@ def best_rows(rows: list[dict]) -> list[dict]:
         kept = best.get(group_of(row))
         if kept is None or rank > (kept["val_accuracy"], -(kept["loss"] or 0.0)):
             best[group_of(row)] = row
-    return sorted(best.values(), key=lambda r: (r["seq_len"], r["model"], r["width"]))
+    return sorted(best.values(), key=lambda r: (r["seq_len"], label_of(r), r["width"]))
 
 
 def print_table(rows: list[dict]) -> None:
@@ -207,7 +214,7 @@ def print_table(rows: list[dict]) -> None:
     for row in best_rows(rows):
         same = sorted((r["lr"], r["accuracy"]) for r in rows if group_of(r) == group_of(row))
         tried = ", ".join(f"{lr:g}: {accuracy:.3f}" for lr, accuracy in same)
-        print(f"| {row['seq_len']} | {row['pairs']} | {row['model']} | {row['width']} "
+        print(f"| {row['seq_len']} | {row['pairs']} | {label_of(row)} | {row['width']} "
               f"| {row['state']:,} | {row['lr']:g} | {row['steps']} x {row['batch']} "
               f"| {row['seed']} | {row['val_accuracy']:.3f} | {row['accuracy']:.3f} "
               f"| {tried} |")  # fmt: skip
@@ -224,7 +231,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     chosen = best_rows(rows)
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    models = sorted({r["model"] for r in chosen})
+    models = sorted({label_of(r) for r in chosen})
     colours = {model: cycle[i % len(cycle)] for i, model in enumerate(models)}  # every panel
     settings = sorted({(r["seq_len"], r["pairs"], r["steps"], r["batch"]) for r in chosen})
     figure, axes = plt.subplots(
@@ -232,8 +239,8 @@ def plot(rows: list[dict], path: Path) -> None:
     )
     for axis, panel in zip(axes[0], settings, strict=True):
         here = [r for r in chosen if (r["seq_len"], r["pairs"], r["steps"], r["batch"]) == panel]
-        for model in sorted({r["model"] for r in here}):
-            points = sorted((r["state"], 100 * r["accuracy"]) for r in here if r["model"] == model)
+        for model in sorted({label_of(r) for r in here}):
+            points = sorted((r["state"], 100 * r["accuracy"]) for r in here if label_of(r) == model)
             axis.plot(*zip(*points), marker="o", label=model, color=colours[model])
         length, pairs, steps, batch = panel
         axis.set_title(f"L={length}, {pairs} pairs, {steps} steps x {batch}", fontsize=9)
