@@ -230,13 +230,12 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     chosen = best_rows(rows)
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     models = sorted({label_of(r) for r in chosen})
-    colours = {model: cycle[i % len(cycle)] for i, model in enumerate(models)}  # every panel
+    palette = plt.get_cmap("tab20").colors  # one colour per model (variants included)
+    colours = {model: palette[i % len(palette)] for i, model in enumerate(models)}
     settings = sorted({(r["seq_len"], r["pairs"], r["steps"], r["batch"]) for r in chosen})
-    figure, axes = plt.subplots(
-        1, len(settings), figsize=(4.5 * len(settings), 3.8), squeeze=False, sharey=True
-    )
+    size = (4.5 * len(settings), 3.8 + 0.25 * len(models))  # room for the legend below
+    figure, axes = plt.subplots(1, len(settings), figsize=size, squeeze=False, sharey=True)
     for axis, panel in zip(axes[0], settings, strict=True):
         here = [r for r in chosen if (r["seq_len"], r["pairs"], r["steps"], r["batch"]) == panel]
         for model in sorted({label_of(r) for r in here}):
@@ -247,9 +246,10 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xscale("log")
         axis.set_xlabel("state size (floats per sequence)")
         axis.set_ylim(-3, 103)
-        axis.legend(fontsize=8)
     axes[0][0].set_ylabel("MQAR accuracy (%)")
-    figure.tight_layout()
+    handles = [plt.Line2D([], [], color=colours[m], marker="o", label=m) for m in models]
+    figure.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.06 * (1 + len(models) // 3), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     print(f"wrote {path}")
