@@ -21,7 +21,8 @@ runs another grid already recorded:
   1e-3 and 3e-3 (at L=64, width 64, 1e-2 was best for no model and sent lmm to 0%), the same
   150 steps x 32 (the quick grid's runs are among its runs): 40 runs for
   the 5 default models, 18M tokens, about 2 CPU-hours by the quick grid's rate (the
-  width-128 runs cost more per token; sum the rows' seconds for the real cost). Not run yet.
+  width-128 runs cost more per token; sum the rows' seconds for the real cost). Its
+  results are docs/results.md, section 3.
 * ``zoology`` -- Zoology's figure: L/pairs 64/4, 128/8, 256/16, 512/64, widths 64, 128,
   256, learning rates logspace(-4, -2, 4); accelerator-sized (Zoology trains 64 epochs of
   100k sequences; here 2,000 steps x 64 unless ``--steps`` / ``--batch`` say otherwise).
