@@ -53,6 +53,7 @@ SHAPES = dict(dim=1024, heads=16, expansion=4, chunk=64, batch=2, tokens=4096)
 TINY = dict(dim=32, heads=2, expansion=4, chunk=8, batch=1, tokens=32)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ("fwd", "fwdbwd")
+CASES = ("op", "layer", "ns5", "titans-pytorch")
 
 
 def sync(device: str) -> None:
@@ -242,7 +243,7 @@ def measure(name: str, build, args, shape: dict, flops: dict | None = None) -> l
     """Time ``build(...)`` per dtype and mode; ``flops`` [(dtype, mode)]: the op's FLOPs."""
     rows = []
     for dtype in args.dtypes:
-        for mode in MODES:
+        for mode in args.modes:
             row = dict(case=name, dtype=dtype, mode=mode)
             try:
                 step = build(shape=shape, dtype=dtype, mode=mode, device=args.device)
@@ -292,6 +293,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls (2; tiny 1)")
     parser.add_argument("--impls", nargs="+", default=["chunk", "triton", "triton-tf32x3"])
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES),
+                        help="which rows to time (default: all)")  # fmt: skip
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--hidden-tile", type=int, help="MLP kernels' hidden tile (default 64)")
     parser.add_argument("--num-warps", type=int, help="warps per program (default 8)")
     parser.add_argument("--num-stages", type=int, help="software pipelining (default 1)")
@@ -310,26 +314,28 @@ def main() -> None:
     flops = {
         (dtype, mode): counted_flops(op_step("chunk", shape, dtype, mode, args.device))
         for dtype in args.dtypes
-        for mode in MODES
+        for mode in args.modes
     }
     rows = []
-    for impl in args.impls:
+    for impl in args.impls if "op" in args.cases else ():
         rows += measure(f"op {impl}", partial(op_step, impl), args, shape, flops)
-    for impl in args.impls:
+    for impl in args.impls if "layer" in args.cases else ():
         rows += measure(f"layer {impl}", partial(layer_step, impl), args, shape)
-    # NS5 rows: "tokens/s" are the chunk's tokens of per-token Muon (batch x chunk per call)
-    from memory_scan import ns5_flops  # benchmarks/: the same count as the CPU benchmark
+    if "ns5" in args.cases:
+        # NS5 rows: "tokens/s" are the chunk's tokens of per-token Muon (batch x chunk a call)
+        from memory_scan import ns5_flops  # benchmarks/: the same count as the CPU benchmark
 
-    count, m, n = ns5_matrices(shape)
-    ns5 = {(d, mode): count * ns5_flops(m, n, mode) for d in args.dtypes for mode in MODES}
-    for impl in ("torch", "triton"):
-        ns5_shape = dict(shape, tokens=shape["chunk"])
-        rows += measure(f"ns5 {impl} ({count} x {m} x {n})", partial(ns5_step, impl), args,
-                        ns5_shape, ns5)  # fmt: skip
+        count, m, n = ns5_matrices(shape)
+        ns5 = {(d, m_): count * ns5_flops(m, n, m_) for d in args.dtypes for m_ in args.modes}
+        for impl in ("torch", "triton"):
+            ns5_shape = dict(shape, tokens=shape["chunk"])
+            rows += measure(f"ns5 {impl} ({count} x {m} x {n})", partial(ns5_step, impl), args,
+                            ns5_shape, ns5)  # fmt: skip
     try:
-        import titans_pytorch  # noqa: F401
+        if "titans-pytorch" in args.cases:
+            import titans_pytorch  # noqa: F401
 
-        rows += measure("layer titans-pytorch", titans_pytorch_step, args, shape)
+            rows += measure("layer titans-pytorch", titans_pytorch_step, args, shape)
     except ImportError:
         print("titans-pytorch not importable: its rows are skipped (docs/gpu.md)")
     unit = "kernels" if args.device == "cuda" else "CPU op events"

@@ -86,7 +86,8 @@ def scan(memory, inputs, state, **kwargs):
 def probe_loss(y, state, seed=1):
     """A random linear functional of the outputs and the final weights and momentum."""
     gen = torch.Generator().manual_seed(seed)
-    probe = lambda x: (x * torch.randn(x.shape, generator=gen, dtype=x.dtype)).sum()  # noqa: E731
+    # drawn on the CPU (the generator's device) and moved, so CUDA runs see the same probe
+    probe = lambda x: (x * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)).sum()  # noqa: E731
     loss = probe(y)
     for name in sorted(state.weights):
         loss = loss + probe(state.weights[name]) + probe(state.momentum[name])
