@@ -194,7 +194,10 @@ def mlp_forward_kernel(
         scale1 = tl.full([BU], 1.0, dtype=qn.dtype)  # the clip's s1, s2 (1: no clip)
         scale2 = tl.full([BU], 1.0, dtype=qn.dtype)
         if CLIP:
-            scale1, _, _, scale2, _, _, _, _, _ = clip_scales(
+            # the unused outputs get names of their own: a "_" assigned here and again in the
+            # loop below would be a loop-carried variable whose shape changes, which the
+            # Triton compiler rejects (the CPU interpreter does not; seen on the H200)
+            scale1, _b1, _f1, scale2, _b2, _f2, _k, _d1, _d2 = clip_scales(
                 kn, delta2, h_sq, b1, b2, w1, w2, clip, n, dk, dv, DK, DH, DV, nt,
                 BU, BT, ACT, PREC,
             )  # fmt: skip
