@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton.backends.nvidia.compiler", reason="needs Triton's NVIDIA backend")
+knobs = pytest.importorskip("triton.knobs", reason="needs Triton >= 3.4 (its knobs)")
+if not hasattr(knobs.runtime, "add_stages_inspection_hook"):
+    pytest.skip("needs knobs.runtime.add_stages_inspection_hook", allow_module_level=True)
 
 SCRIPT = Path(__file__).with_name("sm90_compile.py")
 SCAN_CASES = [
