@@ -266,6 +266,52 @@ def test_decay_to_streamed_in_pieces_over_several_hidden_tiles(monkeypatch):
                              max_grad_norm=CLIP, decay_to=target)  # fmt: skip
 
 
+class _TooLargeForTheGPU:
+    """A kernel whose launch fails as the MLP kernels' do on an H200 at head 64 x hidden
+    256 (docs/gpu.md): more shared memory than an sm_90 block may have."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from triton.runtime.errors import OutOfResources
+
+            raise OutOfResources(360_448, 232_448, "shared memory")
+
+        return launch
+
+
+@pytest.mark.parametrize(
+    "memory_id, kernel, name",
+    [
+        ("mlp", "mlp_forward_kernel", "MLP forward"),
+        ("mlp", "mlp_backward_kernel", "MLP backward"),
+        ("linear", "linear_backward_kernel", "linear backward"),
+    ],
+)
+def test_a_kernel_too_large_for_the_gpu_raises_naming_the_torch_form(
+    memory_id, kernel, name, monkeypatch
+):
+    monkeypatch.setattr(fused_autograd, kernel, _TooLargeForTheGPU())
+    memory, inputs, weights, momentum = case(memory_id, length=7)
+    widths = r"Dk=5, Dv=3, Dh=10" if memory_id == "mlp" else r"Dk=5, Dv=3"
+    match = (
+        rf"impl='triton' cannot run the {name} kernel at {widths} on this GPU: it needs "
+        r"360448 of shared memory, the device allows 232448\. Use impl='chunk'"
+    )
+    with pytest.raises(ValueError, match=match):
+        run_both(memory, inputs, weights, momentum, impls=("triton",), chunk_size=4)
+
+
+def test_an_ns5_too_large_for_the_gpu_raises_naming_the_torch_form(monkeypatch):
+    from titans_atlas.ops.triton import newton_schulz as fused_ns5
+
+    monkeypatch.setattr(fused_ns5, "ns5_forward_kernel", _TooLargeForTheGPU())
+    x = torch.randn(3, 4, 8, dtype=torch.float64, device=DEVICE)
+    with pytest.raises(
+        ValueError, match=r"cannot run the NS5 forward kernel at 4 x 8 .*impl='chunk'"
+    ):
+        fused_ns5.newton_schulz5_triton(x)
+
+
 def test_a_missing_triton_package_raises_naming_the_extra(monkeypatch):
     real_find_spec = scan_module.importlib.util.find_spec
     monkeypatch.setattr(

@@ -8,14 +8,32 @@ load and dropped on store, so padding never changes a result.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 GELU, SILU = 0, 1  # activation codes passed as constexpr
 # tl.dot input precision for float32: exact ("ieee", the default, as the torch form), three
 # TF32 products ("tf32x3", about float32 accuracy on tensor cores) or one ("tf32", ~1e-3).
 PRECISIONS = ("ieee", "tf32x3", "tf32")
+
+
+@contextmanager
+def fitting(kernel: str, shape: str) -> Iterator[None]:
+    """Turn Triton's OutOfResources at a launch into a ValueError that says what to use
+    instead. Measured on an H200 (docs/gpu.md): at head 64 x hidden 256 the MLP kernels need
+    more shared memory than an sm_90 block may have."""
+    try:
+        yield
+    except OutOfResources as error:
+        raise ValueError(
+            f"impl='triton' cannot run {kernel} at {shape} on this GPU: it needs "
+            f"{error.required} of {error.name}, the device allows {error.limit}. Use "
+            "impl='chunk' (what impl='auto' runs), or smaller widths (docs/gpu.md)"
+        ) from None
 
 
 def interpreter_requested() -> bool:

@@ -16,7 +16,7 @@ import torch
 import triton
 from torch.autograd.function import once_differentiable
 
-from ._tiles import GELU, SILU, block
+from ._tiles import GELU, SILU, block, fitting
 from .linear import linear_backward_kernel, linear_forward_kernel
 from .mlp import mlp_forward_kernel
 from .mlp_backward import mlp_backward_kernel
@@ -33,6 +33,11 @@ NUM_STAGES = 1
 
 def _launch() -> dict:
     return dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+
+
+def _widths(q: torch.Tensor, v: torch.Tensor, hidden: int | None = None) -> str:
+    """The widths an error message names: key, value and (MLP) hidden."""
+    return f"Dk={q.shape[-1]}, Dv={v.shape[-1]}" + (f", Dh={hidden}" if hidden else "")
 
 
 def _zeros_if_none(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
@@ -76,10 +81,11 @@ class LinearScan(torch.autograd.Function):
         s_states = torch.empty_like(w_states)
         y = q.new_empty(groups, chunks, q.shape[2], v.shape[-1])
         sizes = _blocks(q, k, v)
-        linear_forward_kernel[(groups,)](
-            q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base, y, w_states, s_states, limit,
-            chunks, **sizes, SAVE=save, PREC=precision, CLIP=clip is not None, **_launch(),
-        )  # fmt: skip
+        with fitting("the linear forward kernel", _widths(q, v)):
+            linear_forward_kernel[(groups,)](
+                q, k, v, rd, rm, rg, ed, em, eg, md, mg, w0, s0, base, y, w_states, s_states, limit,
+                chunks, **sizes, SAVE=save, PREC=precision, CLIP=clip is not None, **_launch(),
+            )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
             ctx.save_for_backward(q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states)
@@ -96,12 +102,13 @@ class LinearScan(torch.autograd.Function):
         g_q, g_k, g_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         g_coef = _coefficient_grads(q, k)
         g_w0, g_s0, g_base = (torch.empty_like(base) for _ in range(3))
-        linear_backward_kernel[(groups,)](
-            q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states,
-            g_y, g_w_end, g_s_end, g_w_last, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base,
-            clip_tensor(ctx.clip, q), chunks, **_blocks(q, k, v), PREC=ctx.precision,
-            CLIP=ctx.clip is not None, **_launch(),
-        )  # fmt: skip
+        with fitting("the linear backward kernel", _widths(q, v)):
+            linear_backward_kernel[(groups,)](
+                q, k, v, rd, rm, rg, ed, em, eg, md, mg, base, w_states, s_states,
+                g_y, g_w_end, g_s_end, g_w_last, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base,
+                clip_tensor(ctx.clip, q), chunks, **_blocks(q, k, v), PREC=ctx.precision,
+                CLIP=ctx.clip is not None, **_launch(),
+            )  # fmt: skip
         return None, g_q, g_k, g_v, *g_coef, g_w0, g_s0, g_base
 
 
@@ -124,11 +131,12 @@ class MLPScan(torch.autograd.Function):
         states = [x.new_empty(groups, slots, *x.shape[1:]) for x in (w1, s1, w2, s2)]
         y = q.new_empty(groups, chunks, q.shape[2], v.shape[-1])
         sizes = _mlp_blocks(q, k, v, w1)
-        mlp_forward_kernel[(groups,)](
-            q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, y, *states,
-            clip_tensor(clip, q), *target, chunks, **sizes, ACT=act, RESIDUAL=residual,
-            SAVE=save, PREC=precision, CLIP=clip is not None, ANCHOR=anchor, **_launch(),
-        )  # fmt: skip
+        with fitting("the MLP forward kernel", _widths(q, v, w1.shape[-1])):
+            mlp_forward_kernel[(groups,)](
+                q, k, v, rd, rm, rg, ed, em, eg, md, mg, w1, s1, w2, s2, b1, b2, y, *states,
+                clip_tensor(clip, q), *target, chunks, **sizes, ACT=act, RESIDUAL=residual,
+                SAVE=save, PREC=precision, CLIP=clip is not None, ANCHOR=anchor, **_launch(),
+            )  # fmt: skip
         end, last = (chunks, chunks - 1) if save else (chunks % 2, (chunks - 1) % 2)
         if save:
             saved = (q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *target, *states)
@@ -161,12 +169,13 @@ class MLPScan(torch.autograd.Function):
         if ctx.anchor:  # coefficients written per chunk; A1, A2 summed over the chunks
             g_target = [torch.empty_like(x) for x in target[:2]]
             g_target += [torch.zeros_like(x) for x in target[2:]]
-        mlp_backward_kernel[(groups,)](
-            q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states, g_y, *incoming,
-            g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch, clip_tensor(clip, q),
-            *target, *g_target, chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision,
-            CLIP=clip is not None, ANCHOR=ctx.anchor, **_launch(),
-        )  # fmt: skip
+        with fitting("the MLP backward kernel", _widths(q, v, sizes["DH"])):
+            mlp_backward_kernel[(groups,)](
+                q, k, v, rd, rm, rg, ed, em, eg, md, mg, b1, b2, *states, g_y, *incoming,
+                g_q, g_k, g_v, *g_coef, *g_slots, g_b1, g_b2, *scratch, clip_tensor(clip, q),
+                *target, *g_target, chunks, **sizes, ACT=act, RESIDUAL=residual, PREC=precision,
+                CLIP=clip is not None, ANCHOR=ctx.anchor, **_launch(),
+            )  # fmt: skip
         g_w1, g_s1, g_w2, g_s2 = (x[:, 0] for x in g_slots)  # chunk 0's start-state gradient
         g_target = g_target if ctx.anchor else [None] * 4
         return None, g_q, g_k, g_v, *g_coef, g_w1, g_s1, g_w2, g_s2, g_b1, g_b2, *g_target

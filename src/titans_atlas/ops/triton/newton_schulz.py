@@ -25,7 +25,15 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..newton_schulz import NS5_COEFFICIENTS, _check_matrix, compute_dtype, on_wide_matrices
-from ._tiles import PRECISIONS, block, device_function, interpreting, load_tile, store_tile
+from ._tiles import (
+    PRECISIONS,
+    block,
+    device_function,
+    fitting,
+    interpreting,
+    load_tile,
+    store_tile,
+)
 
 # Untuned (no GPU has run this kernel): one matrix per program, held whole. A 64 x 256 fp32
 # tile is 64 KB over 8 warps' registers, and the backward keeps several such tiles live, so
@@ -143,7 +151,10 @@ class _NewtonSchulz5Triton(torch.autograd.Function):
         # without SAVE the kernel never touches its iterates argument: out stands in
         iterates = x.new_empty(x.shape[0], steps, *x.shape[1:]) if save_iterates else out
         if x.shape[0]:
-            ns5_forward_kernel[(x.shape[0],)](x, out, norm, iterates, **config, SAVE=save_iterates)
+            with fitting("the NS5 forward kernel", f"{x.shape[1]} x {x.shape[2]}"):
+                ns5_forward_kernel[(x.shape[0],)](
+                    x, out, norm, iterates, **config, SAVE=save_iterates
+                )
         ctx.save_for_backward(x, norm, *([iterates] if save_iterates else []))
         ctx.config = config
         return out
@@ -155,9 +166,10 @@ class _NewtonSchulz5Triton(torch.autograd.Function):
         grad, d_x = grad.contiguous(), torch.empty_like(x)
         scratch = saved[0] if saved else x.new_empty(x.shape[0], ctx.config["STEPS"], *x.shape[1:])
         if x.shape[0]:
-            ns5_backward_kernel[(x.shape[0],)](
-                x, norm, grad, d_x, scratch, **ctx.config, RECOMPUTE=not saved
-            )
+            with fitting("the NS5 backward kernel", f"{x.shape[1]} x {x.shape[2]}"):
+                ns5_backward_kernel[(x.shape[0],)](
+                    x, norm, grad, d_x, scratch, **ctx.config, RECOMPUTE=not saved
+                )
         return d_x, None, None, None, None
 
 
