@@ -10,8 +10,8 @@
 #
 # DEVICE=cpu runs the same steps at toy sizes in Triton's CPU interpreter: how the script is
 # known to work without a GPU. STEP_SCALE (an integer) multiplies every step's time limit.
-# The limits add up to under 8 minutes, so one device call (at most 10) has room for the
-# install and the machine's warm-up.
+# The limits add up to 8.6 minutes, so one device call (at most 10) has room for the
+# install and the machine's warm-up (about 30 s on 2026-12-04).
 set -uo pipefail
 
 out="${OUT:-gpu_out}"
@@ -53,8 +53,8 @@ if [ "$device" = cuda ]; then
   step pytest_triton 110 "$python" -m pytest "${tests[@]}" -m "not slow" \
     tests/ops/test_triton.py tests/ops/test_triton_muon.py
   # the memory layer, ours (torch chunked form) vs titans-pytorch, bf16 and fp32
-  step bench_layer 80 "$python" benchmarks/gpu.py --device cuda --cases layer titans-pytorch \
-    --impls chunk --warmup 1 --repeats 3 --out "$out/gpu_layer.json"
+  step bench_layer 50 "$python" benchmarks/gpu.py --device cuda --cases layer titans-pytorch \
+    --impls chunk --dtypes fp32 --warmup 1 --repeats 3 --out "$out/gpu_layer.json"
   # the op alone: torch form vs the fused kernels, and per-token Muon's NS5
   step bench_op 80 "$python" benchmarks/gpu.py --device cuda --cases op ns5 --dtypes bf16 \
     --impls chunk triton --warmup 1 --repeats 2 --out "$out/gpu_op.json"
@@ -63,6 +63,11 @@ if [ "$device" = cuda ]; then
     --dim 512 --depth 8 --heads 8 --batch 4 --train-tokens 2048 --prompt-tokens 128 \
     --new-tokens 64 --repeats 2 --modes eager --titans-pytorch "$python" \
     --out "$out/models_bf16.json"
+  # what `titans train` runs on long jobs (train.compile=auto) and `--compile auto` decoding:
+  # compiled MAC at the CPU benchmark's size (dim 256, depth 2), not yet measured on a GPU
+  step bench_compiled 100 "$python" benchmarks/models.py --device cuda --dtype bf16 \
+    --models mac --modes compiled --repeats 3 --titans-pytorch none \
+    --out "$out/models_compiled.json"
 else
   export TRITON_INTERPRET=1
   step pytest_triton 300 "$python" -m pytest -q -x -m "not slow" -p no:cacheprovider \

@@ -457,7 +457,17 @@ def _real_width_case(memory, window, anchored=False):
 @pytest.mark.parametrize("precision, rtol", [("ieee", 1e-3), ("tf32x3", 1e-3), ("tf32", 3e-2)])
 @pytest.mark.parametrize(
     "memory",
-    [LinearMemory(dim_in=64, dim_out=64), MLPMemory(dim_in=64, dim_out=64, expansion=4)],
+    [
+        LinearMemory(dim_in=64, dim_out=64),
+        pytest.param(
+            MLPMemory(dim_in=64, dim_out=64, expansion=4),
+            marks=pytest.mark.xfail(
+                raises=ValueError,
+                reason="the MLP kernels need more shared memory than sm_90 has at these "
+                "widths (tests/ops/test_triton_compiles.py, docs/gpu.md)",
+            ),
+        ),
+    ],
     ids=["linear", "mlp"],
 )
 def test_cuda_float32_at_real_widths_matches_float64(
