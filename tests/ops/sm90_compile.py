@@ -112,6 +112,7 @@ CASES = {
     "linear-clip-before-anchored": ("linear", torch.float32, "tf32x3", 0.5, "before", 4, True),
     "mlp": ("mlp", torch.float32, "ieee", None, "after", 1, False),
     "mlp-clip-before-anchored": ("mlp", torch.float32, "ieee", 0.5, "before", 4, True),
+    "mlp-clip-anchored": ("mlp", torch.float32, "ieee", 0.5, "after", 1, True),  # the layer's
     "mlp-silu-res-clip-tf32": ("mlp-silu-res", torch.float32, "tf32", 0.5, "after", 2, False),
     "mlp-clip-float64": ("mlp", torch.float64, "ieee", 0.5, "after", 1, False),
 }
