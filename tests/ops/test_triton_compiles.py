@@ -26,6 +26,7 @@ SCAN_CASES = [
     "linear",
     "linear-clip-before-anchored",
     "mlp",
+    "mlp-clip-anchored",
     "mlp-clip-before-anchored",
     "mlp-silu-res-clip-tf32",
     "mlp-clip-float64",
