@@ -22,10 +22,10 @@ from .mlp import mlp_forward_kernel
 from .mlp_backward import mlp_backward_kernel
 
 ACTIVATION_CODES = {"gelu": GELU, "silu": SILU}
-# Launch configuration, untuned (no GPU has run these kernels yet; docs/gpu.md): hidden-width
-# tile of the MLP kernels, warps per program, and no software pipelining (a chunk step holds
-# dozens of dots; pipelining their loads could exceed shared memory). benchmarks/gpu.py
-# sweeps them (--hidden-tile, --num-warps, --num-stages).
+# Launch configuration, untuned (one H200 run so far; docs/gpu.md): hidden-width tile of the
+# MLP kernels, warps per program, and no software pipelining (a chunk step holds dozens of
+# dots, and at real widths the MLP backward already exceeds sm_90's shared memory).
+# benchmarks/gpu.py sweeps them (--hidden-tile, --num-warps, --num-stages).
 HIDDEN_TILE = 64
 NUM_WARPS = 8
 NUM_STAGES = 1
