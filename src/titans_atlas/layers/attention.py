@@ -121,21 +121,20 @@ class Attention(AttentionLayout, nn.Module):
                 torch.cat([cache.values, *values], dim=2),
                 torch.cat([cache.positions, *[positions] * len(keys)]),
             )
-        # Slot j's token after the call: the latest position = j (mod L) before the end; it
-        # came with this call if it is >= position, else the slot keeps what it held.
-        last = position + length - 1
-        slot = torch.arange(capacity, device=positions.device)
-        latest = last - torch.remainder(last - slot, capacity)  # [L]
-        fresh = latest >= position
-        take = (latest - position).clamp(0, max(length - 1, 0))
-        ring_keys, ring_values, ring_positions = [], [], []
-        for s, (k, v) in enumerate(zip(keys, values)):
-            part = slice(s * capacity, (s + 1) * capacity)
-            ring_keys.append(_select(fresh, k, take, cache.keys[:, :, part]))
-            ring_values.append(_select(fresh, v, take, cache.values[:, :, part]))
-            ring_positions.append(torch.where(fresh, latest, cache.positions[part]))
+        # Position p lives in ring slot p mod L; of this call's tokens only the last
+        # min(T, L) survive, and their slots are distinct, so one out-of-place index_copy per
+        # tensor writes them (a decode step copies the ring once, instead of a select per slot).
+        kept = min(length, capacity)
+        slots = torch.remainder(positions[length - kept :], capacity) if kept else positions[:0]
+        index = torch.cat([slots + s * capacity for s in range(len(keys))])
         return KVCache(
-            torch.cat(ring_keys, dim=2), torch.cat(ring_values, dim=2), torch.cat(ring_positions)
+            cache.keys.to(keys[0].dtype).index_copy(
+                2, index, torch.cat([k[:, :, length - kept :] for k in keys], dim=2)
+            ),
+            cache.values.to(values[0].dtype).index_copy(
+                2, index, torch.cat([v[:, :, length - kept :] for v in values], dim=2)
+            ),
+            cache.positions.index_copy(0, index, positions[length - kept :].repeat(len(keys))),
         )
 
     def _persistent_kv(self, q: torch.Tensor):
@@ -180,8 +179,3 @@ class Attention(AttentionLayout, nn.Module):
                 )
             )
         return torch.cat(outputs, dim=2)
-
-
-def _select(fresh: torch.Tensor, new: torch.Tensor, take: torch.Tensor, old: torch.Tensor):
-    """Ring slots ``[B, H, L, Dh]``: ``new[:, :, take[j]]`` where ``fresh[j]``, else ``old``."""
-    return torch.where(fresh[:, None], new.index_select(2, take), old.to(new.dtype))
