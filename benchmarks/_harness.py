@@ -58,6 +58,17 @@ def bf16_autocast(device: str, dtype: str) -> torch.autocast:
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
 
 
+def as_generate_decodes() -> contextlib.AbstractContextManager:
+    """The decode steps as ``titans_atlas.generate`` runs them: after the (checked) prefill,
+    the memory layers' per-call value checks are off. Revisions without ``validating``
+    checked nothing per step, so there it is a no-op."""
+    try:
+        from titans_atlas.ops import validating
+    except ImportError:
+        return contextlib.nullcontext()
+    return validating(False)
+
+
 def set_threads(n: int) -> None:
     """Use ``n`` intra-op threads (and, if still possible, ``n`` inter-op threads)."""
     torch.set_num_threads(n)

@@ -2,7 +2,8 @@
 memory-only and sliding-window models; the full-attention Transformer is the contrast).
 
 For each model and context: prefill a random prompt of that length in one call (batch 1),
-then time ``decode_one_token`` steps one by one and report the median ms/token, the ratio
+then time ``decode_one_token`` steps one by one (as ``generate`` runs them: value checks
+off after the prefill) and report the median ms/token, the ratio
 largest/smallest context, and the size of the streaming state after decoding (its tensors)
 and the storage the state right after prefill keeps alive (views can pin prompt-length
 buffers).
@@ -26,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import titans_atlas as ta
-from _harness import machine_busy_cpu_s, set_threads, time_callable
+from _harness import as_generate_decodes, machine_busy_cpu_s, set_threads, time_callable
 from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, prefill
 from titans_atlas.ops.state import map_tensors
 
@@ -70,9 +71,10 @@ def time_decode(model, token, state, sampler, new_tokens: int, warmup: int):
     stream = {"token": token, "state": state}
 
     def step() -> None:
-        stream["token"], _, stream["state"] = decode_one_token(
-            model, stream["token"], stream["state"], sampler
-        )
+        with as_generate_decodes():
+            stream["token"], _, stream["state"] = decode_one_token(
+                model, stream["token"], stream["state"], sampler
+            )
 
     return time_callable(step, warmup=warmup, repeats=new_tokens), stream["state"]
 

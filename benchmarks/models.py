@@ -6,8 +6,9 @@ model, eager and compiled, with titans-pytorch's MAC side by side.
   peak (6 x parameters x tokens FLOPs; the memory's inner updates are not counted). Compiled:
   ``model.compile_blocks()`` (inductor, per block).
 * decode: prefill a ``prompt_tokens`` prompt, then ``new_tokens`` greedy single-token steps
-  -> tokens/s of the steps. Compiled: ``compiled_decode_step(model)``, warmed up first (the
-  compile time is reported, not timed).
+  -> tokens/s of the steps, value checks off after the prefill as ``generate`` runs them.
+  Compiled: ``compiled_decode_step(model)``, warmed up first (the compile time is reported,
+  not timed).
 * titans-pytorch: its ``MemoryAsContextTransformer`` at the same shape, run by
   ``external/titans_pytorch_mac.py`` in its own venv (``external/setup_titans_pytorch.sh``).
 
@@ -185,7 +186,7 @@ def measure_decode(name: str, args: argparse.Namespace, compiled: bool) -> dict:
 
     def decode(count: int):
         token, state = first, prefilled
-        with autocast(args):
+        with autocast(args), _harness.as_generate_decodes():
             for _ in range(count):
                 out, state = step(token, state)
                 token = out[:, -1].argmax(-1, keepdim=True)
