@@ -124,17 +124,17 @@ class Attention(AttentionLayout, nn.Module):
         # Position p lives in ring slot p mod L; of this call's tokens only the last
         # min(T, L) survive, and their slots are distinct, so one out-of-place index_copy per
         # tensor writes them (a decode step copies the ring once, instead of a select per slot).
-        kept = min(length, capacity)
-        slots = torch.remainder(positions[length - kept :], capacity) if kept else positions[:0]
+        kept = slice(length - min(length, capacity), length)  # the call's surviving tokens
+        slots = torch.remainder(positions[kept], capacity) if capacity else positions[:0]
         index = torch.cat([slots + s * capacity for s in range(len(keys))])
         return KVCache(
             cache.keys.to(keys[0].dtype).index_copy(
-                2, index, torch.cat([k[:, :, length - kept :] for k in keys], dim=2)
+                2, index, torch.cat([k[:, :, kept] for k in keys], dim=2)
             ),
             cache.values.to(values[0].dtype).index_copy(
-                2, index, torch.cat([v[:, :, length - kept :] for v in values], dim=2)
+                2, index, torch.cat([v[:, :, kept] for v in values], dim=2)
             ),
-            cache.positions.index_copy(0, index, positions[length - kept :].repeat(len(keys))),
+            cache.positions.index_copy(0, index, positions[kept].repeat(len(keys))),
         )
 
     def _persistent_kv(self, q: torch.Tensor):
