@@ -53,7 +53,7 @@ TRAIN_GLOB = str(DATA / "gutenberg/[!j]*.txt")  # every book but jnglb10.txt (he
 EVAL_TEXTS = {"jungle_book": (DATA / "gutenberg/jnglb10.txt", None),
               "wikitext2_test": (DATA / "wikitext-2/test.txt", 262_144)}  # fmt: skip
 RESULTS = Path("docs/results/books_lm.jsonl")
-TRAIN_LENGTH, PIECE, SEGMENT = 512, 512, 4096
+TRAIN_LENGTH, PIECE, SEGMENT, FAR = 512, 512, 4096, 2048
 BINS = (64, 128, 256, 512, 1024, 2048, 4096)  # upper edges of the by-position bins
 # ~530k parameters each: the memory layer costs what a wider attention block does
 SIZES = {"lmm": ["model.dim=128"], "mag": ["model.dim=112"], "swa": ["model.dim=144"],
@@ -81,8 +81,18 @@ def rows(ids: torch.Tensor, length: int) -> torch.Tensor:
 def evaluate(model, ids: torch.Tensor, full_attention: bool) -> dict:
     bpb = 1 / math.log(2)
     reset = torch.cat([streamed_losses(model, r) for r in rows(ids, TRAIN_LENGTH).split(64)])
-    by_position = streamed_losses(model, rows(ids, SEGMENT)).mean(0)  # [SEGMENT]
+    segments = streamed_losses(model, rows(ids, SEGMENT))  # [N, SEGMENT], fresh state each
+    by_position = segments.mean(0)  # [SEGMENT]
     out = {"reset_bpb": round(float(reset.mean()) * bpb, 4), "by_position": []}
+    if not full_attention:
+        # The same tokens past byte FAR of every segment, scored twice: with the state carried
+        # from the segment's start, and from the fresh state of their 512-byte training row
+        # (the rows tile the segments: 4,096 = 8 x 512, both cut from byte 0).
+        reset_in_segments = reset.flatten()[: segments.numel()].view_as(segments)
+        far_carried = float(segments[:, FAR:].mean()) * bpb
+        far_reset = float(reset_in_segments[:, FAR:].mean()) * bpb
+        out["past_far"] = {"carried": round(far_carried, 4), "reset": round(far_reset, 4),
+                           "gain": round(far_reset - far_carried, 4)}  # fmt: skip
     low = 0
     for high in BINS:
         if full_attention and high > TRAIN_LENGTH:
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace) -> dict:
         "overrides": args.set + evaluation_overrides(args),
         "parameters": model.num_parameters(),
         "steps": steps,
-        "tokens": steps * 4 * TRAIN_LENGTH,
+        "tokens": steps * config.train.batch_size * config.train.seq_len,
         "train_seconds": train_seconds,
         "evaluated_only": args.evaluate_only,
     }
