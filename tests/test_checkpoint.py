@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 import titans_atlas as ta
-from titans_atlas.layers.memory_config import LATER_FIELDS, UNBOUNDED_GATES
+from titans_atlas.layers.memory_config import FORMAT_7_FIELDS, LATER_FIELDS, UNBOUNDED_GATES
 from titans_atlas.models.config import MAC_FIELDS, MAG_FIELDS
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
@@ -168,6 +168,9 @@ def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> No
     for key in drop:
         memory.pop(key)
     memory.update(add or {})
+    if version <= 6:  # formats 1-6 had no per-head timescales
+        for key in FORMAT_7_FIELDS:
+            memory.pop(key, None)
     if version <= 5:  # formats 1-5 had no MAG option
         for key in MAG_FIELDS:
             meta["config"].pop(key, None)
@@ -212,11 +215,13 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_6_is_written_with_every_memory_field_and_without_runtime_choices(saved):
+def test_format_7_is_written_with_every_memory_field_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 6
+    assert meta["version"] == 7
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
-    assert {*UNBOUNDED_GATES, *LATER_FIELDS, "qk_init"} <= set(meta["config"]["memory"])
+    assert {*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS, "qk_init"} <= set(
+        meta["config"]["memory"]
+    )
     assert {*MAC_FIELDS, *MAG_FIELDS} <= set(meta["config"])
 
 

@@ -92,8 +92,9 @@ def test_mag_attention_gate_matches_torch(tmp_path):
         {"decay_target": "init", "max_grad_norm": 0.05},  # the clip binds on most tokens
         {"momentum_max": 1.0, "decay_min": 0.0, "max_grad_norm": None},  # format-2 layers
         {"omega_gate_source": "step"},  # the layer default; the ATLAS presets take "tap"
+        {"timescale_ratio": 64.0},  # per-head theta and alpha, scaled down to 1/64
     ],
-    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-of-the-step"],
+    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-of-the-step", "timescales"],
 )
 @pytest.mark.parametrize("name", ["lmm", "atlas"])
 def test_stability_settings_match_torch(name, stability, tmp_path):

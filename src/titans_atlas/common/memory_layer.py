@@ -33,18 +33,23 @@ def scan_options(config: Any) -> dict[str, Any]:
 
 class MemoryLayerRules:
     """A mixin for both backends' ``NeuralMemory`` (which provide ``config``, ``conv``,
-    ``memory``, ``initial_weights``, ``_features`` and, as a class attribute, their
-    ``polynomial_features``)."""
+    ``memory``, ``initial_weights``, ``_features`` and, as class attributes, their
+    ``polynomial_features`` and ``array_like(values, like)``: a list of floats as an array of
+    ``like``'s dtype and device)."""
 
     config: Any
 
     def bounded_gates(self, raw: Any) -> tuple[Any, Any, Any, Any]:
         """``raw [B, T, H, G]`` in (0, 1) -> theta in (0, lr_max), eta in (0, momentum_max),
         alpha in (decay_min, 1), each ``[B, T, H]``, and gamma ``[B, T, H, c]`` in (0, 1)
-        (None without an Omega window): the bounded gates of docs/architectures.md."""
+        (None without an Omega window): the bounded gates of docs/architectures.md, theta
+        and alpha then scaled per head where ``config.timescale_ratio`` is not 1."""
         config = self.config
         lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
         decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
+        if config.timescale_ratio != 1:  # per-head timescales: [H], from 1 down to 1/ratio
+            scale = self.array_like(config.head_scales(lr.shape[-1]), lr)
+            lr, decay = lr * scale, decay * scale
         omega = raw[..., 3:] if config.omega_window > 1 else None
         return lr, momentum, decay, omega
 

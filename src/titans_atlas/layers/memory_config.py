@@ -38,6 +38,8 @@ UNBOUNDED_GATES = {
 # Fields added after the stability fields, with the value that gives the layer a config saved
 # before each existed (checkpoint format 3 and older, HF folders without them).
 LATER_FIELDS = {"omega_gate_source": "step"}
+# Fields added in checkpoint format 7, with the value that gives the layer saved before them.
+FORMAT_7_FIELDS = {"timescale_ratio": 1.0}
 # Fields that only choose how ``init_weights`` draws the parameters: a saved layer's weights
 # already carry their effect, so a config saved without them loads with the default.
 INIT_ONLY_FIELDS = ("qk_init",)
@@ -45,7 +47,8 @@ INIT_ONLY_FIELDS = ("qk_init",)
 
 def upgrade_saved_memory(memory: dict) -> dict:
     """A complete MemoryConfig dict saved before some fields existed -- every field present
-    but ``UNBOUNDED_GATES`` (all or none of them) and ``LATER_FIELDS`` -- with the values
+    but ``UNBOUNDED_GATES`` (all or none of them), ``LATER_FIELDS`` and ``FORMAT_7_FIELDS``
+    -- with the values
     that reproduce the layer it was saved from (for saved configs without a format version,
     e.g. Hugging Face folders); any other dict unchanged (a partial dict takes today's
     defaults)."""
@@ -53,13 +56,14 @@ def upgrade_saved_memory(memory: dict) -> dict:
         set(MemoryConfig.__dataclass_fields__)
         - set(UNBOUNDED_GATES)
         - set(LATER_FIELDS)
+        - set(FORMAT_7_FIELDS)
         - set(INIT_ONLY_FIELDS)
     )
     if not others <= set(memory):
         return memory
     if not set(UNBOUNDED_GATES) & set(memory):
         memory = {**memory, **UNBOUNDED_GATES}
-    return {**LATER_FIELDS, **memory}
+    return {**LATER_FIELDS, **FORMAT_7_FIELDS, **memory}
 
 
 @dataclass
@@ -89,6 +93,14 @@ class MemoryConfig:
     paths are drawn (``QK_INITS``). With "shifted" every seed binds on the recall task, where
     "independent" stuck in about one seed of three (docs/results.md, "Binding in every
     seed").
+    ``timescale_ratio`` (1: off) gives the heads a spread of timescales, as Mamba's and
+    RetNet's per-channel decays do: head h's theta and alpha are scaled by
+    ``timescale_ratio ** (-h / (H - 1))``, so head 0 keeps the bounds above and the last head
+    writes and forgets ``timescale_ratio`` times slower (``head_scales``). Trained, every head
+    otherwise picks a fast decay (0.01-0.4 per token on books: a horizon of a few to a hundred
+    bytes); the slow heads hold what the text said thousands of tokens back
+    (docs/results.md, "Language modelling past the window"). theta and alpha share the
+    scale, so the stability bound above holds unchanged.
     ``momentum_max=0`` removes the momentum (eta = 0; then ``init_momentum`` must be 0): the
     delta rule family, e.g. the registered ``gdn`` model.
     """
@@ -117,6 +129,7 @@ class MemoryConfig:
     init_decay: float = 0.003  # keeps ~99.7% per token: a half-life of ~230 tokens
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
     omega_gate_source: str = "step"  # "step" | "tap": the token gamma_{t,j} is computed from
+    timescale_ratio: float = 1.0  # slowest head's theta and alpha / the first head's (1: off)
     conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
     qk_init: str = "shifted"  # "shifted" | "matched" | "independent": see QK_INITS
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
@@ -167,6 +180,13 @@ class MemoryConfig:
         else:
             check_number("init_momentum", self.init_momentum, 0.0, self.momentum_max)
         check_number("init_decay", self.init_decay, self.decay_min, 1.0)
+        check_number("timescale_ratio", self.timescale_ratio, 1.0, open_low=False)
+
+    def head_scales(self, num_heads: int) -> list[float]:
+        """Head h's factor on theta and alpha: ``timescale_ratio ** (-h / (H - 1))``, from 1
+        down to ``1 / timescale_ratio`` (all 1 when the ratio is 1 or there is one head)."""
+        steps = max(num_heads - 1, 1)
+        return [self.timescale_ratio ** (-h / steps) for h in range(num_heads)]
 
     def gate_biases(self) -> list[float]:
         """Logits of the untrained theta, eta, alpha (and Omega gates) under the bounded

@@ -56,6 +56,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
     """
 
     polynomial_features = staticmethod(polynomial_features)
+    array_like = staticmethod(lambda values, like: like.new_tensor(values))
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()

@@ -6,15 +6,16 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 6 (written now) holds the architecture only, the memory's stability fields,
-``omega_gate_source``, the MAC options (``mac_memory_input``, ``mac_context_norm``) and the
-MAG option (``mag_gate``) included. 5 predates the MAG option: read as the papers' MAG
-("memory"). 4 predates the MAC options: read as the papers' MAC ("attention", no norm).
-3 predates ``omega_gate_source``: its Omega gates were all
-taken from the step's token, so it is read as "step". 2 predates the stability fields
-(``momentum_max``, ``decay_min``, ``max_grad_norm``, ``decay_target``); it is read with the
-values that reproduce the function it was trained as -- unbounded gates, no clip, decay toward
-zero (``UNBOUNDED_GATES``) -- not with today's defaults, which would silently change a trained
+Format versions: 7 (written now) holds the architecture only, the memory's stability fields,
+``omega_gate_source``, ``timescale_ratio``, the MAC options (``mac_memory_input``,
+``mac_context_norm``) and the MAG option (``mag_gate``) included. 6 predates
+``timescale_ratio``: read as 1 (every head the same bounds). 5 predates the MAG option: read as
+the papers' MAG ("memory"). 4 predates the MAC options: read as the papers' MAC ("attention",
+no norm). 3 predates ``omega_gate_source``: its Omega gates were all taken from the step's
+token, so it is read as "step". 2 predates the stability fields (``momentum_max``,
+``decay_min``, ``max_grad_norm``, ``decay_target``); it is read with the values that reproduce
+the function it was trained as -- unbounded gates, no clip, decay toward zero
+(``UNBOUNDED_GATES``) -- not with today's defaults, which would silently change a trained
 model. 1 also held ``muon``, ``impl`` and ``checkpoint`` in the memory config, read as
 ``update_rule`` with the two run-time choices dropped (set them with ``model.set_runtime``).
 """
@@ -33,6 +34,7 @@ from safetensors.torch import save_model as save_safetensors
 from torch import nn
 
 from ..layers.memory_config import (
+    FORMAT_7_FIELDS,
     INIT_ONLY_FIELDS,
     LATER_FIELDS,
     UNBOUNDED_GATES,
@@ -43,8 +45,8 @@ from .registry import MODELS, build_model
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+FORMAT_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -198,6 +200,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v4(config, path)
     if version in (1, 2, 3, 4, 5):
         config = _upgrade_v5(config, path)
+    if version in (1, 2, 3, 4, 5, 6):
+        config = _upgrade_v6(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -254,6 +258,14 @@ def _upgrade_v5(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: formats 1-5 have no config field(s) {present}")
     return {**MAG_FIELDS, **config}
+
+
+def _upgrade_v6(config: dict, path: Path) -> dict:
+    """Format 6 -> 7: ``timescale_ratio`` did not exist; every head had the same bounds."""
+    present = sorted(set(FORMAT_7_FIELDS) & set(config["memory"]))
+    if present:
+        raise CheckpointError(f"{path}: formats 1-6 have no config.memory field(s) {present}")
+    return {**config, "memory": {**config["memory"], **FORMAT_7_FIELDS}}
 
 
 def _upgrade_v3(config: dict, path: Path) -> dict:

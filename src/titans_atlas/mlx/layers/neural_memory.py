@@ -58,6 +58,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
     """``(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data."""
 
     polynomial_features = staticmethod(polynomial_features)
+    array_like = staticmethod(lambda values, like: mx.array(values, dtype=like.dtype))
 
     def __init__(self, dim: int, num_heads: int, config: MemoryConfig) -> None:
         super().__init__()
