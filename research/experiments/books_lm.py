@@ -12,8 +12,15 @@ split -- three ways:
   averaged per position and binned (1-64, 65-128, ..., 2049-4096): a model that uses
   context past its attention window keeps improving after byte 64, SWA cannot.
 
+- ``past_far``: the tokens past byte 2,048 of every 4,096-byte segment, carried from the
+  segment's start against reset every 512 bytes (``gain`` = reset - carried).
+
 The Transformer control attends to everything in its 512-byte window, so it is scored on
-``reset`` and on positions up to 512 only. One JSON line per run; ``--plot`` draws them.
+``reset`` (and ``past_far`` reset) and on positions up to 512 only. One JSON line per run;
+``--plot`` draws them. Stream training (the memory carried across training windows) and
+per-head timescales are overrides, e.g.
+``--set data.mode=stream --set data.stream_tokens=16384 --set train.batch_size=16
+--set train.seq_len=128 --set model.memory.timescale_ratio=256``.
 
     python research/experiments/books_lm.py --model lmm --seed 0
     python research/experiments/books_lm.py --model lmm --seed 0 --evaluate-only \
@@ -84,15 +91,17 @@ def evaluate(model, ids: torch.Tensor, full_attention: bool) -> dict:
     segments = streamed_losses(model, rows(ids, SEGMENT))  # [N, SEGMENT], fresh state each
     by_position = segments.mean(0)  # [SEGMENT]
     out = {"reset_bpb": round(float(reset.mean()) * bpb, 4), "by_position": []}
+    # The same tokens past byte FAR of every segment, scored twice: with the state carried
+    # from the segment's start, and from the fresh state of their 512-byte training row (the
+    # rows tile the segments: 4,096 = 8 x 512, both cut from byte 0). The Transformer sees
+    # its whole row only when reset, so it gets the reset number alone: its control value.
+    reset_in_segments = reset.flatten()[: segments.numel()].view_as(segments)
+    far_reset = float(reset_in_segments[:, FAR:].mean()) * bpb
+    out["past_far"] = {"reset": round(far_reset, 4)}
     if not full_attention:
-        # The same tokens past byte FAR of every segment, scored twice: with the state carried
-        # from the segment's start, and from the fresh state of their 512-byte training row
-        # (the rows tile the segments: 4,096 = 8 x 512, both cut from byte 0).
-        reset_in_segments = reset.flatten()[: segments.numel()].view_as(segments)
         far_carried = float(segments[:, FAR:].mean()) * bpb
-        far_reset = float(reset_in_segments[:, FAR:].mean()) * bpb
-        out["past_far"] = {"carried": round(far_carried, 4), "reset": round(far_reset, 4),
-                           "gain": round(far_reset - far_carried, 4)}  # fmt: skip
+        out["past_far"].update(carried=round(far_carried, 4),
+                               gain=round(far_reset - far_carried, 4))  # fmt: skip
     low = 0
     for high in BINS:
         if full_attention and high > TRAIN_LENGTH:
@@ -205,17 +214,22 @@ def name(item: dict) -> str:
 def table(runs: list[dict]) -> str:
     """The results as a markdown table: one row per run and evaluation text."""
     lines = [
-        "| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin |",
-        "|---|---|---|---|---|---|---|",
+        "| model | params | text | carried bpb | reset every 512 | bpb at 1-64 | last bin "
+        "| past 2,048: carried | reset | gain |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(value) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
     for item in runs:
         for text in EVAL_TEXTS:
-            scores = item[text]
-            carried = scores.get("carried_bpb")
+            scores, far = item[text], item[text].get("past_far", {})
             first, last = scores["by_position"][0], scores["by_position"][-1]
             cells = [name(item), f"{item['parameters'] / 1e3:.0f}k", text,
-                     "n/a" if carried is None else f"{carried:.3f}",
-                     f"{scores['reset_bpb']:.3f}", f"{first:.3f}", f"{last:.3f}"]  # fmt: skip
+                     cell(scores.get("carried_bpb")), cell(scores["reset_bpb"]), cell(first),
+                     cell(last), cell(far.get("carried")), cell(far.get("reset")),
+                     cell(far.get("gain"))]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
