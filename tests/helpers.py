@@ -176,6 +176,18 @@ BABI_STORY = """1 Mary moved to the bathroom.
 """
 
 
+def streamed_logits(model, ids: torch.Tensor, lengths: list[int]):
+    """A model's logits over ``ids`` ``[B, T]`` fed in pieces of ``lengths`` (summing to T),
+    the state carried from piece to piece: ``(logits [B, T, V], final state)``."""
+    pieces, state, start = [], None, 0
+    with torch.no_grad():
+        for length in lengths:
+            logits, state = model(ids[:, start : start + length], state=state)
+            pieces.append(logits)
+            start += length
+    return torch.cat(pieces, 1), state
+
+
 def write_babi_qa1(folder: Path, **splits: str) -> Path:
     """Write bAbI qa1 files into ``folder``, one per split (``test=BABI_STORY``, ...)."""
     for split, text in splits.items():

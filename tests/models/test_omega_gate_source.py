@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
+from helpers import streamed_logits
 from titans_atlas.layers.neural_memory import MemoryLayerState, gates_by_tap
 from titans_atlas.ops import memory_scan
 
@@ -114,12 +115,8 @@ def test_streaming_any_split_equals_one_call(lengths):
     ids = torch.randint(0, 50, (2, sum(lengths)), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         whole, _ = model(ids)
-        pieces, state, start = [], None, 0
-        for length in lengths:
-            logits, state = model(ids[:, start : start + length], state=state)
-            pieces.append(logits)
-            start += length
-    torch.testing.assert_close(torch.cat(pieces, 1), whole, rtol=0, atol=1e-4)
+    streamed, state = streamed_logits(model, ids, lengths)
+    torch.testing.assert_close(streamed, whole, rtol=0, atol=1e-4)
     assert all(isinstance(block, MemoryLayerState) for block in state.blocks)  # LMM layout
     assert all(block.omega.shape == (2, 7, 2, 8) for block in state.blocks)  # c-1 rows, c gates
 

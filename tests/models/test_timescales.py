@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
+from helpers import streamed_logits
 from titans_atlas.layers.memory_config import MemoryConfig
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 4, "window": 4, "chunk_size": 3}
@@ -98,12 +99,8 @@ def test_streaming_any_split_equals_one_call(lengths):
     ids = torch.randint(0, 50, (2, sum(lengths)), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         whole, _ = model(ids)
-        pieces, state, start = [], None, 0
-        for length in lengths:
-            logits, state = model(ids[:, start : start + length], state=state)
-            pieces.append(logits)
-            start += length
-    torch.testing.assert_close(torch.cat(pieces, 1), whole, rtol=0, atol=1e-4)
+    streamed, _ = streamed_logits(model, ids, lengths)
+    torch.testing.assert_close(streamed, whole, rtol=0, atol=1e-4)
 
 
 def test_the_ratio_round_trips_through_a_saved_model(tmp_path):
