@@ -172,3 +172,13 @@ def test_subcommands_are_registered(command):
     from titans_atlas.cli import build_parser
 
     assert command in build_parser().format_help()
+
+
+def test_train_help_lists_every_preset():
+    from titans_atlas.cli import build_parser
+    from titans_atlas.train.config import RUN_PRESETS
+
+    parser = build_parser()
+    train = parser._subparsers._group_actions[0].choices["train"]  # the `train` subparser
+    text = " ".join(train.format_help().split())
+    assert all(name in text for name in RUN_PRESETS) and "recall" in text

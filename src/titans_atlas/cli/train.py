@@ -18,7 +18,7 @@ from ..generation import generate
 from ..io import CheckpointError, load_model
 from ..tokenizers import load_tokenizer
 from ..train.checkpointing import consolidate
-from ..train.config import build_config
+from ..train.config import RUN_PRESETS, build_config
 from ..train.data.prepare import prepare
 from ..train.distributed import Parallel, setup_parallel
 from ..train.loop import NonFiniteError, Trainer
@@ -34,7 +34,10 @@ def add_parser(subparsers) -> None:
         help="train a model (no arguments: a small model on text shipped with the package)",
         description="Settings: --preset, then --config FILE (TOML/JSON), then --set overrides.",
     )
-    train.add_argument("--preset", default="quickstart", help="run preset (debug, quickstart)")
+    train.add_argument(
+        "--preset", default="quickstart",
+        help=f"run preset ({', '.join(sorted(RUN_PRESETS))}; default quickstart)",
+    )  # fmt: skip
     train.add_argument("--config", help="TOML or JSON file with [model] [data] [optim] [train]")
     train.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
