@@ -1,0 +1,37 @@
+"""research/experiments/start_pilot.py: the pilot start is the shifted address (q_t = k_{t+1}
+up to the halved random taps) on top of the independent start, applied to every memory layer."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import start_pilot as script  # noqa: E402
+
+from titans_atlas import create_model  # noqa: E402
+
+
+def test_the_start_copies_query_rows_and_adds_the_delay_taps():
+    torch.manual_seed(0)
+    model = create_model("lmm", vocab_size=64, dim=32, depth=2, num_heads=2,
+                         conv_kernel=4, qk_init="independent")  # fmt: skip
+    before = {n: p.clone() for n, p in model.named_parameters() if ".conv." in n}
+    assert script.shifted_mix_start(model) == 2
+    assert len(before) == 2 * 3 * 2  # layers x (q, k, v) x (weight, bias)
+    for module in model.modules():
+        if hasattr(module, "to_qkv") and isinstance(getattr(module, "conv", None), torch.nn.Module):
+            w = module.to_qkv.weight
+            width = w.shape[0] // 3
+            assert torch.equal(w[:width], w[width : 2 * width])
+            for conv in module.conv.values():
+                assert torch.count_nonzero(conv.conv.bias) == 0
+    for name, old in before.items():
+        new = dict(model.named_parameters())[name]
+        if name.endswith("weight"):
+            lag = script.DELAYS[name.split(".conv.")[1].split(".")[0]]
+            expected = old * script.TAP_SCALE
+            expected[:, 0, old.shape[-1] - 1 - lag] += 1.0
+            torch.testing.assert_close(new, expected)
