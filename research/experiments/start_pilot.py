@@ -10,7 +10,8 @@ current one). It runs the two experiments unchanged, with `Trainer` replaced by 
 that applies the start after the model is built:
 
     python research/experiments/start_pilot.py recall 0-9     # rows -> --out
-    python research/experiments/start_pilot.py books 0        # rows -> --results
+    python research/experiments/start_pilot.py books 0        # rows -> --out
+    python research/experiments/start_pilot.py recall 0-3 --variant key-delay
 
 Not a library option yet: if it holds up, it becomes a `qk_init` choice with its float64
 parity and MLX twin, and the recall tables are rerun under it.
@@ -34,8 +35,15 @@ TAP_SCALE = 0.5  # the independent start's random taps, halved, under the delay 
 
 
 @torch.no_grad()
-def shifted_mix_start(model: torch.nn.Module) -> int:
-    """Apply the pilot start to every memory layer of ``model``; returns how many."""
+def shifted_mix_start(
+    model: torch.nn.Module, tie_query: bool = True, delays: dict[str, int] = DELAYS
+) -> int:
+    """Apply the pilot start to every memory layer of ``model``; returns how many.
+
+    ``tie_query`` copies the key rows of `to_qkv` into the query rows; ``delays`` names the
+    convolutions (of "q", "k", "v") that get the zeroed bias, halved taps and the delay tap --
+    the others keep the independent start.
+    """
     layers = 0
     for module in model.modules():
         convs = getattr(module, "conv", None)
@@ -43,8 +51,9 @@ def shifted_mix_start(model: torch.nn.Module) -> int:
             continue
         weight = module.to_qkv.weight  # rows [q | k | v]
         width = weight.shape[0] // 3
-        weight[:width] = weight[width : 2 * width]
-        for name, lag in DELAYS.items():
+        if tie_query:
+            weight[:width] = weight[width : 2 * width]
+        for name, lag in delays.items():
             conv = convs[name].conv  # depthwise, weight [D, 1, K]; tap K-1 is the current token
             taps = conv.weight.shape[-1]
             conv.bias.zero_()
@@ -54,12 +63,22 @@ def shifted_mix_start(model: torch.nn.Module) -> int:
     return layers
 
 
+# The variants: "shifted-mix" is the start above; "key-delay" puts the delay on the key path
+# only and leaves the query independent (the address then has to be learned).
+VARIANTS = {
+    "shifted-mix": {"tie_query": True, "delays": DELAYS},
+    "key-delay": {"tie_query": False, "delays": {"k": 1}},
+}
+
+
 class PilotTrainer(Trainer):
     """`Trainer` whose model gets the pilot start before the first step."""
 
+    variant = "shifted-mix"
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if shifted_mix_start(self.model) == 0:
+        if shifted_mix_start(self.model, **VARIANTS[self.variant]) == 0:
             raise SystemExit("start_pilot: the model has no memory layer to start")
 
 
@@ -71,21 +90,24 @@ def main() -> None:
     parser.add_argument("experiment", choices=["recall", "books"])
     parser.add_argument("seeds", help="recall: e.g. 0-9; books: one seed")
     parser.add_argument("--out", default="research/results/start_pilot.jsonl")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="shifted-mix")
     args = parser.parse_args()
+    PilotTrainer.variant = args.variant
+    tag = f"pilot-{args.variant}"
     if args.experiment == "recall":
         import recall_seeds
 
         recall_seeds.Trainer = PilotTrainer
         sets = [x for s in START for x in ("--set", s)]
         sys.argv = ["recall_seeds.py", "--models", "lmm", "--seeds", args.seeds,
-                    "--tag", "pilot-shifted-mix", "--out", args.out, *sets]  # fmt: skip
+                    "--tag", tag, "--out", args.out, *sets]  # fmt: skip
         recall_seeds.main()
     else:
         import books_lm
 
         books_lm.Trainer = PilotTrainer
         sets = [x for s in START for x in ("--set", s.replace("model.", "model.memory."))]
-        out_dir = f"train.out_dir=runs/start_pilot/lmm-seed{args.seeds}"
+        out_dir = f"train.out_dir=runs/start_pilot/{args.variant}-lmm-seed{args.seeds}"
         sys.argv = ["books_lm.py", "--model", "lmm", "--seed", args.seeds,
                     "--results", args.out, "--set", out_dir, *sets]  # fmt: skip
         books_lm.main()

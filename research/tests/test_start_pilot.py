@@ -35,3 +35,18 @@ def test_the_start_copies_query_rows_and_adds_the_delay_taps():
             expected = old * script.TAP_SCALE
             expected[:, 0, old.shape[-1] - 1 - lag] += 1.0
             torch.testing.assert_close(new, expected)
+
+
+def test_the_key_delay_variant_leaves_query_and_value_paths_alone():
+    torch.manual_seed(0)
+    model = create_model("lmm", vocab_size=64, dim=32, depth=1, num_heads=2,
+                         conv_kernel=4, qk_init="independent")  # fmt: skip
+    params = dict(model.named_parameters())
+    before = {n: p.clone() for n, p in params.items()}
+    assert script.shifted_mix_start(model, **script.VARIANTS["key-delay"]) == 1
+    changed = {n for n, p in params.items() if not torch.equal(p, before[n])}
+    assert changed and all(".conv.k." in n for n in changed), changed
+    key_weight = next(n for n in changed if n.endswith("weight"))
+    expected = before[key_weight] * script.TAP_SCALE
+    expected[:, 0, -2] += 1.0  # the previous token's tap
+    torch.testing.assert_close(params[key_weight], expected)
