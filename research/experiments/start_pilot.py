@@ -36,13 +36,18 @@ TAP_SCALE = 0.5  # the independent start's random taps, halved, under the delay 
 
 @torch.no_grad()
 def shifted_mix_start(
-    model: torch.nn.Module, tie_query: bool = True, delays: dict[str, int] = DELAYS
+    model: torch.nn.Module,
+    tie_query: bool = True,
+    delays: dict[str, int] = DELAYS,
+    head_fraction: float = 1.0,
 ) -> int:
     """Apply the pilot start to every memory layer of ``model``; returns how many.
 
     ``tie_query`` copies the key rows of `to_qkv` into the query rows; ``delays`` names the
     convolutions (of "q", "k", "v") that get the zeroed bias, halved taps and the delay tap --
-    the others keep the independent start.
+    the others keep the independent start. ``head_fraction`` limits both to the first
+    ``round(H * head_fraction)`` heads (channels are ``(h d)``, head-major); the other heads
+    keep the independent start.
     """
     layers = 0
     for module in model.modules():
@@ -51,23 +56,28 @@ def shifted_mix_start(
             continue
         weight = module.to_qkv.weight  # rows [q | k | v]
         width = weight.shape[0] // 3
+        heads = module.num_heads
+        rows = width // heads * round(heads * head_fraction)  # the started heads' channels
         if tie_query:
-            weight[:width] = weight[width : 2 * width]
+            weight[:rows] = weight[width : width + rows]
         for name, lag in delays.items():
             conv = convs[name].conv  # depthwise, weight [D, 1, K]; tap K-1 is the current token
             taps = conv.weight.shape[-1]
-            conv.bias.zero_()
-            conv.weight.mul_(TAP_SCALE)
-            conv.weight[:, 0, taps - 1 - min(lag, taps - 1)] += 1.0
+            conv.bias[:rows] = 0.0
+            conv.weight[:rows].mul_(TAP_SCALE)
+            conv.weight[:rows, 0, taps - 1 - min(lag, taps - 1)] += 1.0
         layers += 1
     return layers
 
 
 # The variants: "shifted-mix" is the start above; "key-delay" puts the delay on the key path
-# only and leaves the query independent (the address then has to be learned).
+# only and leaves the query independent (the address then has to be learned); "half-heads"
+# gives the shifted-mix start to half the heads and leaves the others independent (recall
+# needs one head that binds; the others stay free for local mixing).
 VARIANTS = {
     "shifted-mix": {"tie_query": True, "delays": DELAYS},
     "key-delay": {"tie_query": False, "delays": {"k": 1}},
+    "half-heads": {"tie_query": True, "delays": DELAYS, "head_fraction": 0.5},
 }
 
 

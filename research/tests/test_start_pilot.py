@@ -50,3 +50,22 @@ def test_the_key_delay_variant_leaves_query_and_value_paths_alone():
     expected = before[key_weight] * script.TAP_SCALE
     expected[:, 0, -2] += 1.0  # the previous token's tap
     torch.testing.assert_close(params[key_weight], expected)
+
+
+def test_the_half_heads_variant_starts_only_the_first_half_of_the_heads():
+    torch.manual_seed(0)
+    model = create_model("lmm", vocab_size=64, dim=32, depth=1, num_heads=4,
+                         conv_kernel=4, qk_init="independent")  # fmt: skip
+    layer = next(m for m in model.modules() if hasattr(m, "to_qkv") and hasattr(m, "conv"))
+    weight_before = layer.to_qkv.weight.clone()
+    convs_before = {n: c.conv.weight.clone() for n, c in layer.conv.items()}
+    assert script.shifted_mix_start(model, **script.VARIANTS["half-heads"]) == 1
+    width = weight_before.shape[0] // 3
+    half = width // 2  # heads 0 and 1 of 4
+    weight = layer.to_qkv.weight
+    assert torch.equal(weight[:half], weight_before[width : width + half])
+    assert torch.equal(weight[half:], weight_before[half:])
+    for name, conv in layer.conv.items():
+        assert torch.count_nonzero(conv.conv.bias[:half]) == 0
+        assert torch.count_nonzero(conv.conv.bias[half:]) > 0
+        assert torch.equal(conv.conv.weight[half:], convs_before[name][half:])
