@@ -45,6 +45,8 @@ def run_one(
             "recall", overrides=[f"{k}={v}" for k, v in settings.items()] + list(overrides)
         )
         start = time.time()
+        # `Trainer` is looked up here, so an experiment may swap in a subclass that starts the
+        # model differently (research/experiments/start_pilot.py)
         trainer = Trainer(config, force=True)  # a kept directory is this sweep's own
         result = trainer.run()
         if result.stopped_by is not None:  # a signal cut the run short: record nothing
@@ -65,7 +67,7 @@ def run_one(
     }  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="lmm", help="comma-separated model names")
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,4,7")
@@ -75,7 +77,7 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="a label stored in every row")
     parser.add_argument("--out", default="research/results/recall_seeds.jsonl")
     parser.add_argument("--keep", help="keep each run directory under this folder")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

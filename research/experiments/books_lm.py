@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> dict:
         model, train_seconds = load_finished(Path(config.train.out_dir), args.steps), None
         steps = args.steps
     else:
+        # `Trainer` is looked up here, so an experiment may swap in a subclass that starts the
+        # model differently (research/experiments/start_pilot.py)
         trainer = Trainer(config)
         model, steps = trainer.model, trainer.run().step
         train_seconds = round(time.time() - start)
@@ -240,8 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main() -> None:
-    run_or_plot(build_parser().parse_args(), run, plot)
+def main(argv: list[str] | None = None) -> None:
+    run_or_plot(build_parser().parse_args(argv), run, plot)
 
 
 if __name__ == "__main__":

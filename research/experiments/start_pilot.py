@@ -25,12 +25,13 @@ from pathlib import Path
 
 import torch
 
+from titans_atlas.layers.memory_config import SHIFTED_CONV_LAGS
 from titans_atlas.train import Trainer
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # books_lm.py and recall_seeds.py
 
-DELAYS = {"q": 0, "k": 1, "v": 0}  # the shifted start's lags (docs/architectures.md)
+DELAYS = SHIFTED_CONV_LAGS  # the library's shifted start's lags: key 1, query and value 0
 TAP_SCALE = 0.5  # the independent start's random taps, halved, under the delay tap
 
 
@@ -109,18 +110,16 @@ def main() -> None:
 
         recall_seeds.Trainer = PilotTrainer
         sets = [x for s in START for x in ("--set", s)]
-        sys.argv = ["recall_seeds.py", "--models", "lmm", "--seeds", args.seeds,
-                    "--tag", tag, "--out", args.out, *sets]  # fmt: skip
-        recall_seeds.main()
+        recall_seeds.main(["--models", "lmm", "--seeds", args.seeds,
+                           "--tag", tag, "--out", args.out, *sets])  # fmt: skip
     else:
         import books_lm
 
         books_lm.Trainer = PilotTrainer
         sets = [x for s in START for x in ("--set", s.replace("model.", "model.memory."))]
         out_dir = f"train.out_dir=runs/start_pilot/{args.variant}-lmm-seed{args.seeds}"
-        sys.argv = ["books_lm.py", "--model", "lmm", "--seed", args.seeds,
-                    "--results", args.out, "--set", out_dir, *sets]  # fmt: skip
-        books_lm.main()
+        books_lm.main(["--model", "lmm", "--seed", args.seeds,
+                       "--results", args.out, "--set", out_dir, *sets])  # fmt: skip
 
 
 if __name__ == "__main__":
