@@ -1,0 +1,79 @@
+"""Eager decoding at one thread against the process's thread count, alternating in one
+process (issue 36, "Use the cores": does a batch-1 decode step, thousands of tiny ops, lose
+time to the OpenMP handoff at two threads?).
+
+Separate processes started at 1 and 2 threads gave the one-thread run 1.2x (docs/benchmarks.md),
+but 2-thread decode times move 25% from run to run on this shared machine; only an alternation
+in one process compares the two under the same load. Each round decodes ``--tokens`` greedy
+steps (value checks off after the prefill, as ``generate`` runs them) at one thread, then at
+``--threads``; the medians over ``--rounds`` are printed per batch size.
+
+    python benchmarks/decode_threads.py --models mac lmm --batches 1 4 8 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import _harness
+from models import build, parse_args
+
+
+@torch.no_grad()
+def ms_per_token(model, first, state, tokens: int, threads: int) -> float:
+    torch.set_num_threads(threads)
+    token = first
+    with _harness.as_generate_decodes():
+        start = time.perf_counter()
+        for _ in range(tokens):
+            logits, state = model(token, state)
+            token = logits[:, -1].argmax(-1, keepdim=True)
+        return 1e3 * (time.perf_counter() - start) / tokens
+
+
+def measure(name: str, batch: int, threads: int, tokens: int, rounds: int) -> dict:
+    torch.manual_seed(0)
+    model = build(name, parse_args(["--models", name, "--batch", str(batch)])).eval()
+    prompt = torch.randint(0, 256, (batch, 256))
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        logits, prefilled = model(prompt, last_only=True)
+    first = logits[:, -1].argmax(-1, keepdim=True)
+    # warm-up past a chunk and a segment boundary at both counts
+    for count in (1, threads):
+        ms_per_token(model, first, prefilled, 140, count)
+    times: dict[int, list[float]] = {1: [], threads: []}
+    for _ in range(rounds):
+        for count in (1, threads):
+            times[count].append(ms_per_token(model, first, prefilled, tokens, count))
+    one, many = statistics.median(times[1]), statistics.median(times[threads])
+    return {"model": name, "batch": batch, "ms_1": one, f"ms_{threads}": many, "ratio": many / one}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mac"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 8, 16])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    n = args.threads
+    print(f"| model | batch | ms/token, 1 thread | ms/token, {n} threads | 1 thread's speed-up |")
+    print("|---|---|---|---|---|")
+    for name in args.models:
+        for batch in args.batches:
+            row = measure(name, batch, n, args.tokens, args.rounds)
+            print(
+                f"| {name} | {batch} | {row['ms_1']:.2f} | {row[f'ms_{n}']:.2f} | "
+                f"{row['ratio']:.2f}x |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
