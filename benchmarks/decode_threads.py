@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.threads < 2:
+        parser.error(f"--threads must be at least 2 (compared with one thread), got {args.threads}")
     n = args.threads
     print(f"| model | batch | ms/token, 1 thread | ms/token, {n} threads | 1 thread's speed-up |")
     print("|---|---|---|---|---|")
