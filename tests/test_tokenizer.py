@@ -1,5 +1,6 @@
 """Tokenizers: lossless round trips, saved beside a checkpoint and read back, clear errors."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,26 @@ def test_corrupt_spec_is_a_value_error(tmp_path):
     (tmp_path / SPEC_FILE).write_text('{"kind": "klingon"}')
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["../outside/tokenizer.json", "/etc/passwd", "..", "", 5, None])
+def test_a_saved_hf_spec_names_only_a_file_inside_its_directory(tmp_path, name):
+    # a spec is data from a checkpoint: it may not make the program read a file elsewhere
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / SPEC_FILE).write_text(json.dumps({"kind": "hf", "file": name}))
+    with pytest.raises(ValueError, match='"file" must be one file name inside'):
+        load_tokenizer(model)
+
+
+def test_a_saved_hf_spec_may_not_follow_a_link_out(tmp_path):
+    (tmp_path / "outside.json").write_text("{}")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").symlink_to(tmp_path / "outside.json")
+    (model / SPEC_FILE).write_text('{"kind": "hf", "file": "tokenizer.json"}')
+    with pytest.raises(ValueError, match="leads out of"):
+        load_tokenizer(model)
 
 
 def test_gpt2_bpe_offline_matches_the_reference_ids():

@@ -101,6 +101,29 @@ def test_import_of_a_folder_without_config_is_a_checkpoint_error(tmp_path):
         import_hf(tmp_path, tmp_path / "out")
 
 
+def test_import_never_reads_a_pickle_weight_file(tmp_path):
+    # pytorch_model.bin is a pickle: loading one can run code, so import refuses the folder
+    hf = tmp_path / "hf"
+    to_hf_model(tiny("lmm")).save_pretrained(str(hf))
+    weights = load_file(str(hf / "model.safetensors"))
+    (hf / "model.safetensors").unlink()
+    torch.save(weights, hf / "pytorch_model.bin")
+    with pytest.raises(ta.CheckpointError, match=r"holds no model\.safetensors"):
+        import_hf(hf, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_import_leaves_no_model_directory_behind(tmp_path):
+    ours, hf = tmp_path / "ours", tmp_path / "hf"
+    tiny("lmm").save_pretrained(str(ours))
+    export_hf(ours, hf)
+    (hf / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ta.CheckpointError, match="cannot convert its tokenizer"):
+        import_hf(hf, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert {p.name for p in tmp_path.iterdir()} == {"ours", "hf"}  # no staging folder left
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation
 

@@ -36,7 +36,7 @@ class HFTokenizer:
     @classmethod
     def from_spec(cls, spec: dict, directory: Path | None) -> HFTokenizer:
         source = str(spec.get("name") or spec.get("source") or "")
-        path = directory / spec.get("file", HF_FILE) if directory is not None else Path(source)
+        path = _saved_file(spec, directory) if directory is not None else Path(source)
         if path.is_dir():
             path = path / HF_FILE
         try:
@@ -60,6 +60,20 @@ class HFTokenizer:
         except Exception as err:  # any failure means "cannot load this name"
             raise ValueError(f"cannot load Hugging Face tokenizer {source!r}: {err}") from err
         return cls(fast.backend_tokenizer, source)
+
+
+def _saved_file(spec: dict, directory: Path) -> Path:
+    """The tokenizer file a saved spec names: one file name inside ``directory``. A spec is
+    data from a checkpoint or a shards folder, so it may not point anywhere else (``..``, an
+    absolute path, or a link leading out)."""
+    name = spec.get("file", HF_FILE)
+    where = directory / SPEC_FILE
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+        raise ValueError(f'{where}: "file" must be one file name inside {directory}, got {name!r}')
+    path = directory / name
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise ValueError(f'{where}: "file" {name!r} leads out of {directory} (a link)')
+    return path
 
 
 def say_network(what: str) -> None:

@@ -9,6 +9,9 @@ go through the libraries' own strict loaders and writers, so a folder that loads
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -18,6 +21,9 @@ from ...models import LanguageModel
 from .config import MODEL_TYPE
 from .modeling import TitansAtlasForCausalLM
 from .tokenizer import from_hf_tokenizer, read_spec, to_hf_tokenizer
+
+# the weight files an HF folder may hold that load without running code
+SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
 def to_hf_model(
@@ -52,12 +58,37 @@ def import_hf(hf_dir: str | Path, model_dir: str | Path, dtype: torch.dtype | No
     if not (hf_dir / "config.json").is_file():  # else transformers would look for a hub repo
         raise CheckpointError(f"{hf_dir} is not a Hugging Face folder (no config.json)")
     _check_hf_config(hf_dir / "config.json")
+    if not any((hf_dir / name).is_file() for name in SAFETENSORS_FILES):
+        raise CheckpointError(
+            f"{hf_dir} holds no model.safetensors (pickle files such as pytorch_model.bin are "
+            "never read: loading one can run code)"
+        )
     try:
-        hf_model = TitansAtlasForCausalLM.from_pretrained(str(hf_dir), dtype=dtype)
+        hf_model = TitansAtlasForCausalLM.from_pretrained(
+            str(hf_dir), dtype=dtype, use_safetensors=True
+        )
     except (OSError, ValueError, RuntimeError, KeyError) as err:  # transformers' many kinds
         raise CheckpointError(f"cannot load the Hugging Face folder {hf_dir}: {err}") from err
-    hf_model.model.save_pretrained(str(model_dir))
-    from_hf_tokenizer(hf_model.config.tokenizer_spec, hf_dir, model_dir)
+    spec = hf_model.config.tokenizer_spec
+    if not isinstance(spec, dict):
+        raise CheckpointError(
+            f'{hf_dir / "config.json"}: "tokenizer_spec" must be an object, got {spec!r}'
+        )
+    # Written beside the destination first and moved in only when complete: a failure (say,
+    # an unreadable tokenizer) leaves no model directory without its tokenizer behind.
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.import-", dir=model_dir.parent))
+    try:
+        hf_model.model.save_pretrained(str(staging))
+        try:
+            from_hf_tokenizer(spec, hf_dir, staging)
+        except ValueError as err:
+            raise CheckpointError(f"{hf_dir}: cannot convert its tokenizer: {err}") from err
+        model_dir.mkdir(exist_ok=True)
+        for item in staging.iterdir():
+            os.replace(item, model_dir / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return model_dir
 
 
