@@ -90,6 +90,21 @@ def test_kv_recall_task_reports_accuracy_by_distance_in_windows(tmp_path):
     assert write_result(result, tmp_path)[1].is_file()
 
 
+def test_a_second_result_never_replaces_the_first(tmp_path):
+    model = InductionCopyModel(64, window=16)
+    settings = EvalSettings(distances=(4,), samples=2, kv_pairs=2, extra={"vocab_size": 64})
+    result = run_task(
+        "kv-recall", model, TOK, settings, evaluator=Evaluator(model, check_budget=False)
+    )
+    first, _ = write_result(result, tmp_path)
+    kept = first.read_text()
+    second, _ = write_result({**result, "seconds": -1.0}, tmp_path)
+    assert (first.name, second.name) == ("kv-recall.json", "kv-recall-2.json")
+    assert first.read_text() == kept
+    again, _ = write_result(result, tmp_path, overwrite=True)
+    assert again == first
+
+
 def test_mqar_task_scores_labelled_positions():
     model = InductionCopyModel(256, window=256)
     settings = EvalSettings(lengths=(64, 128), samples=4)

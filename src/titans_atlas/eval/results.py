@@ -34,11 +34,21 @@ def _json_ready(value):
     return value
 
 
-def write_result(result: dict, out_dir: str | Path, stem: str | None = None) -> tuple[Path, Path]:
-    """Write ``<stem>.json`` and ``<stem>.png`` (stem: the task name) into ``out_dir``."""
+def write_result(
+    result: dict, out_dir: str | Path, stem: str | None = None, *, overwrite: bool = False
+) -> tuple[Path, Path]:
+    """Write ``<stem>.json`` and ``<stem>.png`` (stem: the task name) into ``out_dir``.
+
+    An earlier result is never replaced unless ``overwrite``: when either file exists the
+    next free ``<stem>-2``, ``<stem>-3``, ... is taken (an evaluation can take hours, and
+    one ``--out`` often collects several checkpoints' results). Returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = stem or result["task"]
+    base = stem = stem or result["task"]
+    number = 1
+    while not overwrite and any((out_dir / f"{stem}{ext}").exists() for ext in (".json", ".png")):
+        number += 1
+        stem = f"{base}-{number}"
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
     json_path.write_text(json.dumps(_json_ready(result), indent=1, default=str) + "\n")
     get_task(result["task"]).plot(result, png_path)
