@@ -144,6 +144,20 @@ def test_train_then_generate_interactive_and_memory_sessions(tmp_path, capsys, m
     assert "(32 tokens)" in err  # the saved stream went on from 19
     _, chat, err = generate("--interactive", "--save-state", state, stdin="To be\nor not\n")
     assert chat.count("\n") == 2 and "(37 tokens)" in err  # (6 + 12) + (7 + 12): one stream
+    # a line of undecodable bytes is skipped, not the end of the session and its state
+    code, _, err = generate("--interactive", "--save-state", state, stdin="To be\n\udcff\nor not\n")
+    assert code == 0 and "line 2 skipped" in err and "(37 tokens)" in err
+
+    class InterruptedStdin(io.StringIO):  # Ctrl-C after the first turn
+        def __iter__(self):
+            yield "To be\n"
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "stdin", InterruptedStdin())
+    code = main(["generate", "--checkpoint", str(tmp_path / "run"), "--max-new-tokens", "12",
+                 "--interactive", "--save-state", state])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "interrupted" in err and "(18 tokens)" in err
     code, quantized, _ = generate("--prompt", "HAMLET:", "--quantize", "int8")
     assert code == 0 and quantized.strip()
     code = main(["generate", "--checkpoint", str(tmp_path / "nowhere"), "--prompt", "x"])

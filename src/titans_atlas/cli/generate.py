@@ -248,12 +248,25 @@ def _decode_step(model, args: argparse.Namespace) -> DecodeStep:
 def _interactive(model, tokenizer, state, sampling, args, step) -> ModelState | None:
     """One turn per input line; the state carries every turn (prompts and replies)."""
     print("interactive: each line continues the same stream; end with Ctrl-D", file=sys.stderr)
-    for turn, line in enumerate(sys.stdin):
-        seed = None if args.seed is None else args.seed + turn
-        state, _ = stream_generate(
-            model, tokenizer, tokenizer.encode(line), state, args.max_new_tokens, sampling, seed,
-            sys.stdout, args.device, step,
-        )  # fmt: skip
-        sys.stdout.write("\n")
-        sys.stdout.flush()
+    # A session is work: a line the tokenizer refuses is skipped, and Ctrl-C ends the session
+    # as Ctrl-D does, so --save-state still writes the state of every completed turn. The
+    # state is data returned per turn, so an interrupted turn leaves no trace in it.
+    if hasattr(sys.stdin, "reconfigure"):  # undecodable bytes reach the tokenizer, not iteration
+        sys.stdin.reconfigure(errors="surrogateescape")
+    try:
+        for turn, line in enumerate(sys.stdin):
+            try:
+                ids = tokenizer.encode(line)
+            except ValueError as err:  # UnicodeEncodeError (undecodable bytes) is one too
+                print(f"line {turn + 1} skipped, the stream is unchanged: {err}", file=sys.stderr)
+                continue
+            seed = None if args.seed is None else args.seed + turn
+            state, _ = stream_generate(
+                model, tokenizer, ids, state, args.max_new_tokens, sampling, seed, sys.stdout,
+                args.device, step,
+            )  # fmt: skip
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the stream keeps the turns completed before it", file=sys.stderr)
     return state
