@@ -181,6 +181,15 @@ def test_bad_settings_exit_2_with_the_field_named(tmp_path):
     assert out.returncode == 2 and "steps" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_data_too_small_to_validate_is_refused_before_step_one(tmp_path):
+    # it used to train every step, then fail in the final evaluation without its checkpoint
+    (tmp_path / "small.txt").write_text("To be, or not to be, that is the question. " * 16)
+    data = ["--data", str(tmp_path / "small.txt"), "--out", str(tmp_path / "run")]
+    out = run("train", "--preset", "debug", *data, "--steps", "2", *QUIET, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "data.val_fraction" in out.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "prepare", "generate"])
 def test_subcommands_are_registered(command):
     from titans_atlas.cli import build_parser

@@ -94,6 +94,9 @@ class Trainer:
         self.device = self.parallel.device or pick_device(loop)
         self.autocast = autocast_context(loop, self.device)
         self.pipeline = build_pipeline(config, self.rank, self.world_size)
+        # every run ends with an evaluation: data too small for one is refused before step 1,
+        # not after the last (when the final checkpoint would be lost with it)
+        self.pipeline.make_val()
         torch.manual_seed(loop.seed)
         model_config = config.model.build()
         if model_config.vocab_size < self.pipeline.vocab_size:

@@ -70,6 +70,12 @@ def build_pipeline(config: RunConfig, rank: int = 0, world_size: int = 1) -> Pip
             count = math.ceil(lane / loop.seq_len)
         else:
             windows = max(val_corpus.num_tokens - 1, 0) // loop.seq_len
+            if windows < world_size:
+                raise ValueError(
+                    f"the validation text holds {val_corpus.num_tokens} tokens, fewer than one "
+                    f"window of {loop.seq_len + 1} (train.seq_len + 1) per rank: use more data, "
+                    "a larger data.val_fraction, data.val_source, or a smaller train.seq_len"
+                )
             count = max(windows // (rows * world_size), 1)
             batcher = PackedBatches(
                 val_corpus,
