@@ -265,6 +265,42 @@ def test_a_trainer_state_with_nonsense_numbers_is_refused(earlier, tmp_path, cha
         verify_checkpoint(step)
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda s: s.update(rng=None), '"rng.python"'),
+        (lambda s: s["rng"].update(python=5), '"rng.python"'),
+        (lambda s: s["rng"].update(numpy="x"), '"rng.numpy"'),
+        (lambda s: s["optimizer"].update(param_groups="x"), '"optimizer.param_groups"'),
+        (lambda s: s["optimizer"].update(param_groups=[]), '"optimizer.param_groups"'),
+        (lambda s: s["optimizer"].update(scalars=[1]), '"optimizer.scalars"'),
+    ],
+)
+def test_a_resume_from_a_malformed_optimizer_or_rng_state_is_a_clear_error(
+    earlier, tmp_path, capsys, change, named
+):
+    # the file's values reach random.setstate and the optimizer: wrong types used to be
+    # tracebacks (TypeError, AttributeError) or messages such as "...: 0"
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(earlier, run)
+    step = run / "checkpoints" / "step_00000001"
+    state = json.loads((step / "trainer_state.json").read_text())
+    change(state)
+    (step / "trainer_state.json").write_text(json.dumps(state))
+    manifest = json.loads((step / "manifest.json").read_text())
+    manifest["trainer_state.json"] = {
+        "bytes": (step / "trainer_state.json").stat().st_size,
+        "sha256": hashlib.sha256((step / "trainer_state.json").read_bytes()).hexdigest(),
+    }
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    assert titans_train(run, "--resume", "--steps", "2") == 2
+    err = capsys.readouterr().err
+    assert named in err and str(step) in err and "Traceback" not in err
+
+
 def test_resuming_with_fewer_steps_than_done_is_refused(earlier, tmp_path, capsys):
     import shutil
 

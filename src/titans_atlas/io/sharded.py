@@ -293,15 +293,19 @@ def _load_full(directory: Path, state: dict, model, optimizer) -> None:
 
 def _load_rng(directory: Path, state: dict, rank: int) -> None:
     """This rank's RNG state; a rank the saving run did not have takes rank 0's."""
-    if (directory / "rng.safetensors").is_file():
-        single.set_rng_state(load_file(str(directory / "rng.safetensors")), state["rng"])
-        return
-    path = directory / _rank_file(RNG_DIR, rank)
-    if not path.is_file():
-        path = directory / _rank_file(RNG_DIR, 0)
-    with safe_open(str(path), framework="pt") as handle:
-        meta = json.loads(handle.metadata()["rng"])
-    single.set_rng_state(load_file(str(path)), meta)
+    path = directory / "rng.safetensors"
+    try:
+        if path.is_file():
+            single.set_rng_state(load_file(str(path)), state.get("rng"))
+            return
+        path = directory / _rank_file(RNG_DIR, rank)
+        if not path.is_file():
+            path = directory / _rank_file(RNG_DIR, 0)
+        with safe_open(str(path), framework="pt") as handle:
+            meta = json.loads(handle.metadata()["rng"])
+        single.set_rng_state(load_file(str(path)), meta)
+    except (ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as err:
+        raise CheckpointError(f"cannot restore the RNG state from {path}: {err}") from err
 
 
 def load_stream_rows(directory: Path, start: int, stop: int) -> ModelState | None:

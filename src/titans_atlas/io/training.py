@@ -79,6 +79,11 @@ def optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
 
 
 def optimizer_from_flat(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    scalars, groups = meta.get("scalars"), meta.get("param_groups")
+    if not isinstance(scalars, dict) or not all(isinstance(k, str) for k in scalars):
+        raise ValueError('"optimizer.scalars" must be an object of "index.name" keys')
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise ValueError('"optimizer.param_groups" must be a non-empty list of objects')
     state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
         _, index, name = key.split(".", 2)
@@ -102,7 +107,36 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict]:
     }
 
 
+def _check_rng_meta(meta: Any) -> None:
+    """The saved Python and NumPy generator states have the shapes ``rng_state`` writes
+    (a file's values reach ``random.setstate``, which fails on others with a bare TypeError)."""
+
+    def integers(value: Any) -> bool:
+        return isinstance(value, list) and all(type(x) is int for x in value)
+
+    python = meta.get("python") if isinstance(meta, dict) else None
+    numpy = meta.get("numpy") if isinstance(meta, dict) else None
+    if not (
+        isinstance(python, list)
+        and len(python) == 3
+        and type(python[0]) is int
+        and integers(python[1])
+        and (python[2] is None or isinstance(python[2], float))
+    ):
+        raise ValueError('"rng.python" must be [version, [624 + 1 integers], gauss or null]')
+    if not (
+        isinstance(numpy, list)
+        and len(numpy) == 5
+        and isinstance(numpy[0], str)
+        and integers(numpy[1])
+        and all(type(x) is int for x in numpy[2:4])
+        and isinstance(numpy[4], int | float)
+    ):
+        raise ValueError('"rng.numpy" must be [name, [integers], pos, has_gauss, cached]')
+
+
 def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    _check_rng_meta(meta)
     torch.set_rng_state(tensors["torch"])
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("cuda.")]
     if cuda and torch.cuda.is_available():
