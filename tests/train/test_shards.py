@@ -87,3 +87,14 @@ def test_damaged_shards_are_refused_by_name(books, tmp_path, what):
     _damage(out, what)
     with pytest.raises(ValueError, match=r"meta\.json|bounds|shard"):
         read_shards(out)
+
+
+def test_shard_ids_outside_the_tokenizer_are_refused_at_load(books, tmp_path):
+    # byte shards under an ids spec of 32: the embedding would fail on id 98 mid-run
+    out = tmp_path / "shards"
+    prepare([str(books)], out, ByteTokenizer(), shard_tokens=300)
+    (out / "tokenizer_spec.json").write_text('{"kind": "ids", "vocab_size": 32}')
+    with pytest.raises(
+        ValueError, match=r"shard_00000\.bin holds id \d+, outside its tokenizer's 32"
+    ):
+        read_shards(out)

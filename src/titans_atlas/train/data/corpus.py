@@ -161,7 +161,17 @@ def read_shards(directory: str | Path) -> tuple[Corpus, Tokenizer]:
     parts = [_read_shard(directory, shard, np.dtype(meta["dtype"])) for shard in meta["shards"]]
     if not (directory / SPEC_FILE).is_file():
         raise ValueError(f"{directory} has no {SPEC_FILE}: shards carry the tokenizer they hold")
-    return Corpus(parts), load_tokenizer(directory)
+    tokenizer = load_tokenizer(directory)
+    # every id must be one the tokenizer (and so the model's embedding) has: one read of the
+    # mapped shards now, instead of an IndexError (a device assert on a GPU) mid-run
+    for (tokens, _), shard in zip(parts, meta["shards"], strict=True):
+        largest = int(tokens.max())
+        if largest >= tokenizer.vocab_size:
+            raise ValueError(
+                f"shard {directory / shard['file']} holds id {largest}, outside its tokenizer's "
+                f"{tokenizer.vocab_size} ids ({directory / SPEC_FILE})"
+            )
+    return Corpus(parts), tokenizer
 
 
 def _read_shard(directory: Path, shard: object, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
