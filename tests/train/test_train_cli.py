@@ -205,3 +205,26 @@ def test_train_help_lists_every_preset():
     train = parser._subparsers._group_actions[0].choices["train"]  # the `train` subparser
     text = " ".join(train.format_help().split())
     assert all(name in text for name in RUN_PRESETS) and "recall" in text
+
+
+def test_a_model_too_large_for_memory_is_a_clear_error_not_a_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    import titans_atlas.cli.train as cli_train
+
+    def allocate(*args, **kwargs):  # what the CPU allocator raises for model.dim=65536
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 5e10 bytes"
+        )
+
+    monkeypatch.setattr(cli_train, "Trainer", allocate)
+    assert main(["train", "--preset", "debug", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "out of memory" in err and "model.dim" in err
+
+    def bug(*args, **kwargs):  # any other RuntimeError is a bug: it keeps its traceback
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(cli_train, "Trainer", bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["train", "--preset", "debug", "--out", str(tmp_path / "run")])

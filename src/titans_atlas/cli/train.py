@@ -97,6 +97,19 @@ def run_train(args: argparse.Namespace) -> int:
         return _fail(err, 1, parallel)
     except (ValueError, CheckpointError, OSError) as err:  # OSError: a full or lost disk
         return _fail(err, 2, parallel)
+    except (MemoryError, RuntimeError) as err:
+        if not _out_of_memory(err):
+            _fail(err, 1, parallel, quiet=True)
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return _fail(
+            RuntimeError(
+                f"out of memory ({first}): a smaller model.dim, model.depth, "
+                "train.batch_size or train.seq_len needs less"
+            ),
+            2,
+            parallel,
+        )
     except BaseException as err:  # under torchrun: name the rank, then let it propagate
         _fail(err, 1, parallel, quiet=True)
         raise
@@ -110,6 +123,14 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
     finally:
         parallel.close()
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """An allocation that failed (CPU allocator, CUDA, MPS), not a bug's RuntimeError."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def _fail(err: BaseException, code: int, parallel, quiet: bool = False) -> int:
