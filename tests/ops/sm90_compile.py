@@ -146,8 +146,9 @@ def scan_case(name: str) -> None:
         leaf.requires_grad_(True)
     state = memory.initial_state(weights, 2)
     state = replace(state, momentum={n: torch.zeros_like(m) for n, m in state.momentum.items()})
+    # compile-only kernels leave their outputs unwritten: no value checks on them
     y, final = scan(memory, inputs, state, impl="triton", chunk_size=64, omega_window=window,
-                    read=read, max_grad_norm=clip, decay_to=target)  # fmt: skip
+                    read=read, max_grad_norm=clip, decay_to=target, validate=False)  # fmt: skip
     (y.sum() + sum(w.sum() for w in final.weights.values())).backward()
 
 

@@ -333,5 +333,20 @@ def test_the_value_checks_of_a_call_sync_once_in_all(validate):
     assert syncs.count == (1 if validate else 0)
 
 
+@pytest.mark.parametrize("impl", ["chunk", "reference"])
+def test_finite_inputs_that_diverge_are_an_error_not_inf(impl):
+    # lr has no upper bound in the op (the layer bounds it): a huge one on unit-scale keys
+    # overflows, and a checked call says so instead of returning inf for the next call
+    memory = MLPMemory(dim_in=4, dim_out=4, expansion=2)
+    state = memory.initial_state(memory.init_weights(2, generator=torch.Generator()), 2)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 8, 2, 4, generator=gen) for _ in range(3))
+    gates = [torch.full((2, 8, 2), x) for x in (1e30, 0.9, 0.01)]
+    with pytest.raises(ValueError, match=r"the memory diverged: .* lr is too large"):
+        memory_scan(memory, q, k, v, *gates, state, chunk_size=4, impl=impl)
+    y, _ = memory_scan(memory, q, k, v, *gates, state, chunk_size=4, impl=impl, validate=False)
+    assert not torch.isfinite(y).all()  # unchecked, it is what the recurrence computes
+
+
 def test_every_impl_is_registered():
     assert set(scan_module.IMPLS) | {"auto"} == set(SCAN_IMPLS)

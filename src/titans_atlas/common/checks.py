@@ -65,3 +65,13 @@ def check_decay_target(memory: Any, target: Any, batch: int, heads: int, is_arra
             raise ValueError(
                 f"decay_to[{key!r}] must lead with [{want}] = {list(lead)}, got {list(w.shape)}"
             )
+
+
+def diverged_message(what: str) -> str:
+    """The error of a checked scan call whose finite inputs gave non-finite ``what`` (the
+    reads, or a weight or momentum of the new state): both backends raise it."""
+    return (
+        f"the memory diverged: {what} holds NaN or inf although every input was finite: the "
+        "inner step lr is too large for these keys (bound it, as the layer's lr_max does, or "
+        "pass max_grad_norm)"
+    )

@@ -19,7 +19,12 @@ from contextvars import ContextVar
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..common.checks import check_decay_target, check_qkv_shapes, check_state_layout
+from ..common.checks import (
+    check_decay_target,
+    check_qkv_shapes,
+    check_state_layout,
+    diverged_message,
+)
 from ..validation import check_choice
 from .memory_models import MemoryModel
 from .options import ScanInputs, ScanOptions
@@ -80,9 +85,10 @@ class Faults:
             raise ValueError(self.messages[int(bad.nonzero()[0, 0])])
 
 
-def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> None:
-    """Raise ValueError naming the argument; ``values`` adds the finiteness and range checks,
-    after every structure check passed."""
+def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> Faults | None:
+    """Raise ValueError naming the argument for any structure fault; with ``values``, return
+    the finiteness and range checks as ``Faults`` for the caller to raise after adding the
+    outputs' (``check_scan_outputs``): one host sync for the whole call."""
     memory, q, k, v, gates, state, options = inputs
     if not isinstance(memory, MemoryModel):
         raise ValueError(f"memory must be a MemoryModel, got {type(memory).__name__}")
@@ -100,8 +106,7 @@ def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> None:
     if gates.decay_to is not None:
         _check_decay_target(memory, gates.decay_to, batch, heads, faults)
     _check_state(memory, state, batch, heads, options, faults)
-    if faults is not None:
-        faults.raise_first()
+    return faults
 
 
 def _check_decay_target(memory, target, batch: int, heads: int, faults: Faults | None) -> None:
@@ -184,3 +189,15 @@ class CountSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += func.overloadpacket is torch.ops.aten._local_scalar_dense
         return func(*args, **(kwargs or {}))
+
+
+def check_scan_outputs(faults: Faults, y: torch.Tensor, state: MemoryState) -> None:
+    """Add the outputs' checks to the inputs' and raise the first fault, with one sync. Finite
+    inputs can still diverge (an unbounded inner step ``lr`` on large keys): such a call
+    raises, rather than hand inf or NaN to the caller to find later. A fault of the inputs
+    comes first, so a NaN input is named as such, not as a divergence."""
+    faults.add(~torch.isfinite(y).all(), diverged_message("the reads y"))
+    for part, tensors in (("weight", state.weights), ("momentum", state.momentum)):
+        for name, w in tensors.items():
+            faults.add(~torch.isfinite(w).all(), diverged_message(f"the new {part} {name!r}"))
+    faults.raise_first()

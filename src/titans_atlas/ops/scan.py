@@ -17,7 +17,7 @@ import torch
 
 from ..common.options import auto_impl, scan_update_rule
 from ..validation import check_choice
-from .checks import check_scan_inputs, value_checks_enabled
+from .checks import check_scan_inputs, check_scan_outputs, value_checks_enabled
 from .memory_models import MemoryModel
 from .options import SCAN_IMPLS, MemoryGates, ScanInputs, ScanOptions
 from .scan_chunk import memory_scan_chunk
@@ -94,10 +94,11 @@ def memory_scan(
             weights): the decay pulls toward A instead of zero, W_t = (1 - alpha_t) W_{t-1} +
             alpha_t A + S_t (docs/memory.md, section 10). Gradients flow into A. None
             (default): toward zero, as the spec.
-        validate: run the value checks (NaN/inf in q, k, v and the state, gates out of range),
-            which read the tensors: a host-device sync per call. None takes the default set
-            by ``ops.validating(...)`` (True); under ``torch.compile`` they never run. Shape,
-            dtype and option checks always run.
+        validate: run the value checks (NaN/inf in q, k, v and the state, gates out of range;
+            then reads and a new state that diverged to NaN/inf from finite inputs, as an
+            unbounded ``lr`` can), which read the tensors: one host-device sync per call.
+            None takes the default set by ``ops.validating(...)`` (True); under
+            ``torch.compile`` they never run. Shape, dtype and option checks always run.
 
     Dtypes: q, k, v and the gates may be of different floating dtypes (as autocast makes
     them); all are cast to the state's dtype, in which the recurrence runs with autocast off.
@@ -117,11 +118,13 @@ def memory_scan(
     )
     gates = MemoryGates(lr, momentum, decay, omega=omega_gate, decay_to=decay_to)
     check_choice("impl", impl, SCAN_IMPLS)
-    check_scan_inputs(
+    faults = check_scan_inputs(
         ScanInputs(memory, q, k, v, gates, state, options), values=value_checks_enabled(validate)
     )
     out_dtype = output_dtype(q, k, v)
     if q.shape[1] == 0:  # nothing to read or write: the stream stands still
+        if faults is not None:
+            faults.raise_first()
         return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state
     impl = auto_impl(impl, q.shape[1], chunk_size)
     # The recurrence runs in the state's precision (fp32 under autocast): bf16 rounding would
@@ -133,6 +136,8 @@ def memory_scan(
     q, k, v = (x.to(dtype) for x in (q, k, v))
     with torch.autocast(device_type=q.device.type, enabled=False):
         y, new_state = IMPLS[impl](ScanInputs(memory, q, k, v, gates.to(dtype), state, options))
+    if faults is not None:  # the inputs' value checks and the outputs', in one sync
+        check_scan_outputs(faults, y, new_state)
     return y.to(out_dtype), new_state
 
 

@@ -11,7 +11,12 @@ from dataclasses import replace
 
 import mlx.core as mx
 
-from ...common.checks import check_decay_target, check_qkv_shapes, check_state_layout
+from ...common.checks import (
+    check_decay_target,
+    check_qkv_shapes,
+    check_state_layout,
+    diverged_message,
+)
 from ...common.options import (
     READ_MODES,
     MemoryGates,
@@ -86,7 +91,18 @@ def memory_scan(
     q, k, v = (x.astype(dtype) for x in (q, k, v))
     inputs = ScanInputs(memory, q, k, v, gates, state, options)
     y, new_state = IMPLS[impl](inputs, compiled=compiled)
+    if validate:  # finite inputs can still diverge (an unbounded lr): an error, not inf
+        _check_outputs(y, new_state)
     return y.astype(out_dtype), new_state
+
+
+def _check_outputs(y: mx.array, state) -> None:
+    if not _all(mx.isfinite(y)):
+        raise ValueError(diverged_message("the reads y"))
+    for part, tensors in (("weight", state.weights), ("momentum", state.momentum)):
+        for name, w in tensors.items():
+            if not _all(mx.isfinite(w)):
+                raise ValueError(diverged_message(f"the new {part} {name!r}"))
 
 
 def _check_stability_options(memory, max_grad_norm, decay_to, batch, heads, values) -> None:
