@@ -69,6 +69,8 @@ GENERATE = [
     ("save-state-a-folder", GEN + "--save-state {adir}", VE, "--save-state"),
     ("save-state-under-a-file", GEN + "--save-state {afile}/s", VE, "--save-state"),
     ("no-cuda", GEN + "--device cuda", VE, "--device"),
+    ("meta-device", GEN + "--device meta", VE, "--device"),
+    ("seed-past-64-bits", GEN + "--seed 18446744073709551616", AE, "--seed"),
     ("no-tokenizer-spec", "generate --checkpoint {model64} --prompt x", VE, "tokenizer_spec.json"),
     ("state-not-safetensors", GEN + "--load-state {text}", VE, "text.txt"),
     ("state-names-main", GEN + "--load-state {state}", VE, "stream-state classes"),

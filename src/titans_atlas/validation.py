@@ -114,21 +114,27 @@ def not_text_error(path: str | Path, what: str, where: str) -> ValueError:
     )
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for an integer flag of at least ``minimum``: argparse then names
-    the flag in its one-line error (``argument --shard-tokens: must be an integer >= 1``)."""
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer flag of at least ``minimum`` (and at most
+    ``maximum``): argparse then names the flag in its one-line error (``argument
+    --shard-tokens: must be an integer >= 1``)."""
+    wanted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be an integer {wanted}, got {text!r}")
         return value
 
-    parse.__name__ = f"integer >= {minimum}"  # argparse's name for the type in messages
+    parse.__name__ = f"integer {wanted}"  # argparse's name for the type in messages
     return parse
+
+
+# torch.manual_seed takes a signed 64-bit seed; a larger one fails deep in the sampler
+MAX_SEED = 2**63 - 1
 
 
 def check_device(name: str, value: Any) -> torch.device:
@@ -141,6 +147,8 @@ def check_device(name: str, value: Any) -> torch.device:
         raise ValueError(
             f"{name} must name a torch device (cpu, cuda, cuda:N), got {value!r}"
         ) from err
+    if device.type not in ("cpu", "cuda", "mps"):  # "meta" holds no values to compute with
+        raise ValueError(f"{name} must be cpu, cuda, cuda:N or mps, got {value!r}")
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (device.index or 0) >= count:

@@ -19,7 +19,7 @@ from ..eval.registry import TASKS, EvalSettings, list_tasks, run_task
 from ..eval.results import checkpoint_record, write_result
 from ..io import CheckpointError
 from ..memory_estimate import MemoryBudgetError
-from ..validation import check_device, check_writable_dir, int_at_least
+from ..validation import MAX_SEED, check_device, check_writable_dir, int_at_least
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 
@@ -59,7 +59,7 @@ def add_parser(subparsers) -> None:
         help="kv-recall distances in tokens",
     )
     parser.add_argument("--samples", type=int_at_least(1), default=4, help="samples per cell")
-    parser.add_argument("--seed", type=int_at_least(0), default=0)
+    parser.add_argument("--seed", type=int_at_least(0, MAX_SEED), default=0)
     parser.add_argument("--out", default="eval_results", help="folder for the JSON and PNG")
     parser.add_argument("--text", help="perplexity: a UTF-8 text file")
     parser.add_argument(

@@ -31,6 +31,7 @@ from ..io.training import resolve_model_dir
 from ..models.backbone import LanguageModel, ModelState
 from ..tokenizers import Tokenizer, load_model_tokenizer
 from ..validation import (
+    MAX_SEED,
     check_device,
     check_int,
     check_writable_file,
@@ -61,7 +62,9 @@ def add_parser(subparsers) -> None:
         "--compile", choices=("auto", "true", "false"), default="auto",
         help="compile the decode step (auto: once eager decoding has taken long enough to pay)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int_at_least(0), help="sampling seed (default: random)")
+    parser.add_argument(
+        "--seed", type=int_at_least(0, MAX_SEED), help="sampling seed (default: random)"
+    )
     parser.add_argument("--load-state", help="continue the stream saved in this file")
     parser.add_argument("--save-state", help="save the stream state here at the end")
     parser.add_argument("--quantize", choices=["none", "int8"], default="none")
