@@ -148,6 +148,9 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens", "seed"):
             _at_least(f"train.{name}", getattr(self, name), 0)
         _at_least("train.threads", self.threads, 0)  # 0: torch's default
+        # an empty out_dir is the current folder, which --force would clear of checkpoints
+        if not isinstance(self.out_dir, str) or not self.out_dir.strip():
+            raise ValueError(f"train.out_dir must name a run folder, got {self.out_dir!r}")
         check_number("train.grad_clip", self.grad_clip, 0.0, open_low=False)  # 0: no clipping
         self.compile = check_compile_setting("train.compile", self.compile)
         for name in ("memory_checkpoint", "activation_checkpoint", "export_model",
