@@ -167,3 +167,19 @@ def test_a_config_file_that_is_not_text_is_named(tmp_path):
     path.write_bytes(b"\xff\xfe[train]\n")
     with pytest.raises(ValueError, match="cannot read config file"):
         build_config("debug", path)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('{"model": 5}', "[model] must be a table of settings, got 5"),
+        ('{"train": [1]}', "[train] must be a table of settings"),
+        ('{"model": {"overrides": 5}}', "[model] overrides must be a table, got 5"),
+    ],
+)
+def test_a_section_that_is_not_a_table_is_named(tmp_path, text, named):
+    # {"model": 5} used to say "unknown setting 'model'", and overrides=5 was a TypeError
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        build_config("debug", str(path))

@@ -100,13 +100,18 @@ def apply_nested(config: Config, data: dict[str, Any]) -> Config:
             for name in ("name", "preset"):
                 if name in values:
                     config = set_value(config, f"model.{name}", values[name], text=False)
-            for name, value in {**values.get("overrides", {}), **_flat_model(values)}.items():
+            overrides = values.get("overrides", {})
+            if not isinstance(overrides, dict):
+                raise ValueError(f"[model] overrides must be a table, got {overrides!r}")
+            for name, value in {**overrides, **_flat_model(values)}.items():
                 config = set_value(config, f"model.{name}", value, text=False)
         elif isinstance(values, dict):
             for name, value in values.items():
                 config = set_value(config, f"{section}.{name}", value, text=False)
+        elif section in {f.name for f in fields(config)}:  # a known section, not a table
+            raise ValueError(f"[{section}] must be a table of settings, got {values!r}")
         else:
-            config = set_value(config, section, values, text=False)  # raises: not a table
+            config = set_value(config, section, values, text=False)  # raises: unknown name
     return config
 
 
