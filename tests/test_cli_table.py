@@ -54,6 +54,7 @@ PREPARE = [
     ("latin-1", "prepare {latin1} --out {new}", VE, "latin1"),
     ("binary-in-folder", "prepare {binary} --out {new}", VE, "b.dat"),
     ("missing-source", "prepare {empty}/none.txt --out {new}", VE, "none.txt"),
+    ("missing-source-named", "prepare {empty}/none.txt --out {new}", VE, "source '"),
     ("bad-jsonl", "prepare {bad.jsonl} --out {new}", VE, "bad.jsonl:2"),
     ("tokenizer-unknown", "prepare {text} --out {new} --tokenizer nope", VE, "nope"),
     ("tokenizer-file-bad", "prepare {text} --out {new} --tokenizer hf:{tok.json}", VE, "tok.json"),

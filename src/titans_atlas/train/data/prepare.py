@@ -50,6 +50,13 @@ def prepare(
     into shards under ``out_dir``; returns the metadata written to ``meta.json``."""
     check_int("shard_tokens", shard_tokens, 1)
     sources, out = list(sources), Path(out_dir)
+    for source in sources:  # named as the argument it is, not as a run's data.source
+        is_pattern = source.startswith("hf:") or any(ch in source for ch in "*?[")
+        if not is_pattern and not Path(source).exists():
+            raise ValueError(
+                f"source {source!r} does not exist (titans prepare reads text or JSONL files, "
+                "folders, globs or hf:NAME)"
+            )
     check_writable_dir("--out", out)
     if (out / SHARD_META).exists():
         raise ValueError(f"{out} already holds shards; choose an empty folder")
