@@ -91,6 +91,7 @@ def test_kv_recall_task_reports_accuracy_by_distance_in_windows(tmp_path):
 
 
 def test_a_second_result_never_replaces_the_first(tmp_path):
+    pytest.importorskip("matplotlib")  # write_result draws the plot beside the JSON
     model = InductionCopyModel(64, window=16)
     settings = EvalSettings(distances=(4,), samples=2, kv_pairs=2, extra={"vocab_size": 64})
     result = run_task(
