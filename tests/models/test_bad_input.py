@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 import titans_atlas as ta
 from titans_atlas.generation import Sampler, SamplingConfig, decode_one_token, generate, prefill
+from titans_atlas.models import build_model
 from titans_atlas.ops.state import map_tensors
 
 VOCAB = 50
@@ -120,6 +121,7 @@ CASES = [
     ("preset-list", lambda e: ta.create_model("mac", ["debug"]), ValueError, ["unknown preset"]),
     ("unknown-field", lambda e: other(bogus=1), ValueError, ["bogus"]),
     ("name=5", lambda e: ta.ModelConfig(name=5), ValueError, ["name"]),
+    ("build-from-a-dict", lambda e: build_model({"name": "mag"}), ValueError, ["ModelConfig"]),
     # set_runtime
     (
         "memory_impl='fast'",

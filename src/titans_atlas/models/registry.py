@@ -50,6 +50,12 @@ def create_model(name: str, preset: str | None = None, **overrides: Any) -> nn.M
 
 
 def build_model(config: ModelConfig) -> nn.Module:
+    """The registered architecture ``config.name`` built from ``config``."""
+    if not isinstance(config, ModelConfig):  # a dict or None used to be an AttributeError
+        raise ValueError(
+            f"build_model takes a ModelConfig (e.g. model_config('mag', dim=64)), got "
+            f"{type(config).__name__}"
+        )
     if config.name not in MODELS:
         raise ValueError(f"unknown model {config.name!r}; available: {list_models()}")
     return MODELS[config.name][0](config)
