@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
+
 from ..generation import generate
 from ..io import CheckpointError, load_model
 from ..tokenizers import load_tokenizer
@@ -127,7 +129,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def _out_of_memory(err: BaseException) -> bool:
     """An allocation that failed (CPU allocator, CUDA, MPS), not a bug's RuntimeError."""
-    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+    if isinstance(err, MemoryError | torch.OutOfMemoryError):
         return True
     text = str(err)
     return "can't allocate memory" in text or "out of memory" in text.lower()

@@ -67,7 +67,7 @@ class EvalSettings:
         if any(not isinstance(d, int | float) or not 0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must lie in [0, 1], got {self.depths!r}")
         for name in ("haystack_dir", "babi_dir"):  # a typo used to fall back silently
-            folder = getattr(self, name, None)
+            folder = getattr(self, name)
             if folder is not None and not Path(folder).is_dir():
                 raise ValueError(f"{name} (--{name.replace('_', '-')}) {folder!r} is not a folder")
 

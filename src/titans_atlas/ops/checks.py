@@ -109,6 +109,18 @@ def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> Faults | None:
     return faults
 
 
+def check_scan_outputs(faults: Faults, y: torch.Tensor, state: MemoryState) -> None:
+    """Add the outputs' checks to the inputs' and raise the first fault, with one sync. Finite
+    inputs can still diverge (an unbounded inner step ``lr`` on large keys): such a call
+    raises, rather than hand inf or NaN to the caller to find later. A fault of the inputs
+    comes first, so a NaN input is named as such, not as a divergence."""
+    faults.add(~torch.isfinite(y).all(), diverged_message("the reads y"))
+    for part, tensors in (("weight", state.weights), ("momentum", state.momentum)):
+        for name, w in tensors.items():
+            faults.add(~torch.isfinite(w).all(), diverged_message(f"the new {part} {name!r}"))
+    faults.raise_first()
+
+
 def _check_decay_target(memory, target, batch: int, heads: int, faults: Faults | None) -> None:
     """``decay_to``: the memory's weights, per head ``[H, ...]`` or per sample ``[B, H, ...]``."""
     check_decay_target(memory, target, batch, heads, torch.Tensor)
@@ -189,15 +201,3 @@ class CountSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += func.overloadpacket is torch.ops.aten._local_scalar_dense
         return func(*args, **(kwargs or {}))
-
-
-def check_scan_outputs(faults: Faults, y: torch.Tensor, state: MemoryState) -> None:
-    """Add the outputs' checks to the inputs' and raise the first fault, with one sync. Finite
-    inputs can still diverge (an unbounded inner step ``lr`` on large keys): such a call
-    raises, rather than hand inf or NaN to the caller to find later. A fault of the inputs
-    comes first, so a NaN input is named as such, not as a divergence."""
-    faults.add(~torch.isfinite(y).all(), diverged_message("the reads y"))
-    for part, tensors in (("weight", state.weights), ("momentum", state.momentum)):
-        for name, w in tensors.items():
-            faults.add(~torch.isfinite(w).all(), diverged_message(f"the new {part} {name!r}"))
-    faults.raise_first()

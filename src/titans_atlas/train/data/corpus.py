@@ -80,9 +80,14 @@ def _read_text(path: Path) -> str:
     return read_text_file(path, "data file")
 
 
+def is_glob(source: str) -> bool:
+    """Whether a source is a glob pattern (``books/*.txt``) rather than one path."""
+    return any(ch in source for ch in "*?[")
+
+
 def text_files(source: str) -> list[Path]:
     """The files a text source names: one file, every file under a folder, or a glob."""
-    if any(ch in source for ch in "*?["):
+    if is_glob(source):
         files = [Path(p) for p in sorted(glob.glob(source, recursive=True))]
     elif Path(source).is_dir():  # hidden files and folders (.git/, .DS_Store) are not data
         root = Path(source)

@@ -29,6 +29,7 @@ from .corpus import (
     SHARD_META,
     SHARD_VERSION,
     hf_documents,
+    is_glob,
     iter_texts,
     shard_files,
     token_dtype,
@@ -51,8 +52,7 @@ def prepare(
     check_int("shard_tokens", shard_tokens, 1)
     sources, out = list(sources), Path(out_dir)
     for source in sources:  # named as the argument it is, not as a run's data.source
-        is_pattern = source.startswith("hf:") or any(ch in source for ch in "*?[")
-        if not is_pattern and not Path(source).exists():
+        if not (source.startswith("hf:") or is_glob(source) or Path(source).exists()):
             raise ValueError(
                 f"source {source!r} does not exist (titans prepare reads text or JSONL files, "
                 "folders, globs or hf:NAME)"
