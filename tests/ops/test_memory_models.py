@@ -40,6 +40,14 @@ def test_forward_shapes_and_batched_weights(memory_id):
     assert torch.allclose(memory.forward(state.weights, x), memory.forward(weights, x))
 
 
+@pytest.mark.parametrize("memory_id", list(MEMORIES))
+def test_forward_refuses_the_wrong_width(memory_id):
+    memory = MEMORIES[memory_id]
+    weights = memory.init_weights(num_heads=2)
+    with pytest.raises(ValueError, match=rf"x must be \[B, H, N, {memory.dim_in}\]"):
+        memory.forward(weights, torch.randn(4, 2, 7, memory.dim_in + 1))
+
+
 def test_initialisation_scales():
     linear = LinearMemory(64, 32).init_weights(4)
     assert torch.count_nonzero(linear["w1"]) == 0  # an empty associative memory

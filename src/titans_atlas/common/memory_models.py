@@ -54,6 +54,10 @@ class MemorySpec:
 
     def forward(self, weights: dict[str, Any], x: Any) -> Any:
         """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``."""
+        if x.ndim < 2 or x.shape[-1] != self.dim_in:  # else a bare matmul error from the backend
+            raise ValueError(
+                f"x must be [B, H, N, {self.dim_in}] (the memory's dim_in), got {list(x.shape)}"
+            )
         return self.forward_with(lambda name, h: h @ weights[name], x)
 
     # The backend's array hooks: act(z); (act(z), act'(z)); W^T over the last two axes.
