@@ -118,6 +118,9 @@ SCAN_CASES = [
         {"decay_to": {"w1": with_nan((2, 5, 10)), "w2": torch.zeros(2, 10, 3)}},
         ["decay_to['w1']", "NaN"],
     ),
+    ("q on the meta device", {"q": torch.randn(2, 5, 2, 5, device="meta")}, ["q", "meta"]),
+    ("k on the meta device", {"k": torch.randn(2, 5, 2, 5, device="meta")}, ["k is on meta"]),
+    ("lr on the meta device", {"lr": torch.rand(2, 5, 2, device="meta")}, ["lr is on meta"]),
     (
         "decay_to integer",
         {"decay_to": {"w1": torch.zeros(2, 5, 10, dtype=torch.long), "w2": torch.zeros(2, 10, 3)}},
@@ -154,6 +157,7 @@ STATE_CASES = [
     ("float64 momentum", bad_state("momentum", torch.Tensor.double), ["state.momentum", "dtype"]),
     ("NaN weights", bad_state(change=lambda w: w.clone().fill_(NAN)), ["state.weights", "NaN"]),
     ("inf momentum", bad_state("momentum", lambda m: m + math.inf), ["state.momentum", "inf"]),
+    ("weights on meta", bad_state(change=lambda w: w.to("meta")), ["state.weights['w1']", "meta"]),
     ("position -1", bad_state(position=-1), ["state.position", ">= 0"]),
     ("position 2.5", bad_state(position=2.5), ["state.position", "integer"]),
     ("inside a chunk without base", bad_state(position=3, chunk_size=2), ["state.base"]),

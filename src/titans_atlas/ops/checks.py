@@ -92,6 +92,8 @@ def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> Faults | None:
     memory, q, k, v, gates, state, options = inputs
     if not isinstance(memory, MemoryModel):
         raise ValueError(f"memory must be a MemoryModel, got {type(memory).__name__}")
+    if isinstance(q, torch.Tensor):  # first: a value check would copy across devices
+        _check_devices(q, k, v, gates, state)
     faults = Faults() if values else None
     _check_qkv(memory, q, k, v, faults)
     batch, length, heads, _ = q.shape
@@ -107,6 +109,27 @@ def check_scan_inputs(inputs: ScanInputs, *, values: bool) -> Faults | None:
         _check_decay_target(memory, gates.decay_to, batch, heads, faults)
     _check_state(memory, state, batch, heads, options, faults)
     return faults
+
+
+def _check_devices(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gates, state) -> None:
+    """Every tensor on q's device, and a real one: a mix was a device error deep in the
+    scan, and a meta tensor (no data) an "unsupported scalarType" from the recurrence."""
+    if q.device.type == "meta":
+        raise ValueError("q is on the meta device: memory_scan needs tensors with data")
+    tensors = {"k": k, "v": v, "lr": gates.lr, "momentum": gates.momentum}
+    tensors.update(decay=gates.decay, omega_gate=gates.omega)
+    if isinstance(gates.decay_to, dict):  # not a dict: _check_decay_target says so
+        tensors.update({f"decay_to[{key!r}]": w for key, w in gates.decay_to.items()})
+    for group in ("weights", "momentum", "base"):
+        part = getattr(state, group, None)
+        if isinstance(part, dict):  # else the state checks below name it
+            tensors.update({f"state.{group}[{key!r}]": w for key, w in part.items()})
+    tensors.update(
+        {f"state.{name}": getattr(state, name, None) for name in ("halo_keys", "halo_values")}
+    )
+    for name, x in tensors.items():
+        if isinstance(x, torch.Tensor) and x.device != q.device:
+            raise ValueError(f"{name} is on {x.device}, q on {q.device}: put them on one device")
 
 
 def check_scan_outputs(faults: Faults, y: torch.Tensor, state: MemoryState) -> None:
