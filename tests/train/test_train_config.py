@@ -46,6 +46,25 @@ def test_one_task_argument_can_be_set_keeping_the_others():
     assert whole.data.task_args == {"num_pairs": 2}  # the whole dict replaces
 
 
+def test_task_arguments_belong_to_a_task_source(tmp_path):
+    # the recall preset with --data FILE: the preset's task arguments do not follow the source
+    text = build_config("recall", overrides=["data.source=builtin:shakespeare"])
+    assert text.data.task_args == {}
+    same = build_config("recall", overrides=["data.source=task:kv_multi"])
+    assert same.data.task_args == {"vocab_size": 32, "num_pairs": 4}  # the source unchanged
+    other = build_config(
+        "recall", overrides=["data.source=task:mqar", "data.task_args.num_pairs=2"]
+    )
+    assert other.data.task_args == {"num_pairs": 2}
+    # set on a text source, they were silently ignored: now an error naming both settings
+    with pytest.raises(ValueError, match=r"data.task_args apply only to a task source.*shakesp"):
+        build_config("quickstart", overrides=["data.task_args.num_pairs=3"])
+    both = tmp_path / "run.toml"  # in a file, the source applies first, whatever the order
+    both.write_text('[data]\ntask_args = {num_pairs = 3}\nsource = "builtin:shakespeare"\n')
+    with pytest.raises(ValueError, match=r"data\.task_args apply only to a task source"):
+        build_config("recall", both)
+
+
 def test_wrong_types_and_malformed_overrides_are_errors():
     with pytest.raises(ValueError, match=r"train\.steps takes a int"):
         build_config("debug", overrides=["train.steps=many"])

@@ -52,6 +52,8 @@ class DataConfig:
     ``"hf:NAME"`` (Hugging Face ``datasets``) or ``"task:NAME"`` (a synthetic task).
     ``mode``: ``"packed"`` (independent windows, fresh state) or ``"stream"`` (each batch row
     reads its documents in consecutive windows with the model state carried).
+    ``task_args``: the arguments of a ``"task:NAME"`` source; refused with any other source,
+    and cleared when ``source`` is set to another value (a preset's task does not follow).
     """
 
     source: str = "builtin:shakespeare"
@@ -72,6 +74,11 @@ class DataConfig:
         check_number("data.val_fraction", self.val_fraction, 0.0, 1.0, open_low=False)
         _at_least("data.stream_tokens", self.stream_tokens, 0)
         check_bool("data.hf_streaming", self.hf_streaming)
+        if self.task_args and not self.source.startswith("task:"):  # they were ignored
+            raise ValueError(
+                f"data.task_args apply only to a task source (data.source='task:NAME'); "
+                f"data.source is {self.source!r}"
+            )
 
 
 @dataclass
