@@ -21,7 +21,7 @@ def refuse(*args, **kwargs):
     raise AssertionError("the hot path read a tensor's value (a host-device sync on a GPU)")
 
 
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 @pytest.mark.parametrize("rule", RULES)
 def test_without_value_checks_no_tensor_value_is_read(monkeypatch, rule, impl):
     """Forward and backward never turn a tensor into a Python value when validate=False."""

@@ -186,7 +186,7 @@ def test_clip_scale_is_the_hard_clip_with_an_exact_gradient():
     assert scale.eq(1.0).all() and grad.eq(0.0).all()
 
 
-@pytest.mark.parametrize("impl", ["reference", "chunk"])
+@pytest.mark.parametrize("impl", ["reference", "token", "chunk"])
 def test_one_clipped_step_of_the_linear_memory_by_hand(impl):
     """C = 1, theta = 1, eta = alpha = 0: W1 - W0 = -g min(1, c / |g|_F), g = k^T (k W0 - v),
     computed here with a plain matrix norm."""
@@ -209,7 +209,7 @@ def test_one_clipped_step_of_the_linear_memory_by_hand(impl):
 
 
 @pytest.mark.parametrize("rule", ["momentum", "muon"])
-@pytest.mark.parametrize("impl", ["reference", "chunk"])
+@pytest.mark.parametrize("impl", ["reference", "token", "chunk"])
 def test_without_writes_the_weights_relax_toward_the_target(impl, rule):
     """theta = 0: W_t = A + prod_{r<=t} (1 - alpha_r) (W0 - A), in closed form."""
     memory = MLPMemory(dim_in=5, dim_out=3, expansion=2)

@@ -77,7 +77,7 @@ def cuda_autocast_inputs(memory, batch=2, length=11, heads=2, window=3):
 
 
 @pytest.mark.parametrize("muon", [False, True])
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 def test_mixed_dtypes_from_cuda_autocast_promote_to_the_state_precision(impl, muon):
     """Regression for issue 16: fp32 q, k beside bf16 v and gates raised "q, k, v must match"."""
     memory = MEMORIES["mlp"]
@@ -134,7 +134,7 @@ def atlas_muon_in(dtype, inputs, weights, impl):
     return scan(memory, cast, state, **kwargs)
 
 
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 @pytest.mark.parametrize("surprise", ["typical", "small"])
 def test_atlas_style_muon_in_float16_is_finite_and_close_to_float32(impl, surprise):
     """The ATLAS memory (residual MLP, Omega window, per-token Muon) with an fp16 state against

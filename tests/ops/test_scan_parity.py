@@ -51,14 +51,14 @@ def test_checkpointing_changes_nothing(memory_id, rule):
     check_parity([plain, ckpt], rtol=1e-12)
 
 
-AUTO_CASES = [(4, 1, "reference"), (4, 2, "chunk"), (64, 4, "reference"), (64, 5, "chunk")]
+AUTO_CASES = [(4, 1, "token"), (4, 2, "chunk"), (64, 4, "token"), (64, 5, "chunk")]
 
 
 @pytest.mark.parametrize("chunk_size, length, expected", AUTO_CASES)
 def test_auto_picks_the_loop_for_short_calls_and_stays_exact(
     monkeypatch, chunk_size, length, expected
 ):
-    """impl="auto" runs the per-token loop for at most max(1, C // 16) tokens."""
+    """impl="auto" runs the fused per-token loop for at most max(1, C // 16) tokens."""
     memory, inputs, weights, _ = setup_case("mlp", length)
     state = memory.initial_state(weights, 2)
     called = []

@@ -40,7 +40,7 @@ def test_pieces_equal_one_call(memory_id, chunk_size, read):
     for cuts in splits(length, rng):
         state, pieces = start, []
         for lo, hi in zip([0, *cuts], [*cuts, length]):
-            impl = rng.choice(["chunk", "reference", "auto"])
+            impl = rng.choice(["chunk", "reference", "token", "auto"])
             y, state = scan(
                 memory,
                 slice_inputs(inputs, lo, hi),
@@ -108,7 +108,7 @@ def test_chunked_form_equals_sequential_oracle(memory_id, chunk_size):
         assert_close(state.weights[name], w_oracle[name], name=name)
 
 
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 @pytest.mark.parametrize("chunk_size", [1, 4])
 def test_omega_taps_before_the_stream_start_are_dropped(impl, chunk_size):
     """With f(W, 0) != 0 a tap on the zero halo has a non-zero gradient: both forms must drop

@@ -317,7 +317,7 @@ def test_a_failed_call_leaves_a_valid_state_as_it_was(changes):
     assert_unchanged(state, before)
 
 
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 @pytest.mark.parametrize("rule", ["momentum", "muon"])
 def test_a_successful_call_leaves_its_state_as_it_was(impl, rule):
     state = mid_stream_state()
@@ -337,7 +337,7 @@ def test_the_value_checks_of_a_call_sync_once_in_all(validate):
     assert syncs.count == (1 if validate else 0)
 
 
-@pytest.mark.parametrize("impl", ["chunk", "reference"])
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
 def test_finite_inputs_that_diverge_are_an_error_not_inf(impl):
     # lr has no upper bound in the op (the layer bounds it): a huge one on unit-scale keys
     # overflows, and a checked call says so instead of returning inf for the next call

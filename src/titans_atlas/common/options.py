@@ -48,12 +48,13 @@ def scan_update_rule(muon: Any, update_rule: str | None) -> str:
 AUTO_TOKENS_PER_CHUNK = 16
 
 
-def auto_impl(impl: str, length: int, chunk_size: int) -> str:
-    """``impl="auto"`` -> "reference" (the per-token loop) for calls of at most
-    max(1, C // 16) tokens, e.g. decoding, else "chunk"; any other ``impl`` as it is."""
+def auto_impl(impl: str, length: int, chunk_size: int, loop: str = "reference") -> str:
+    """``impl="auto"`` -> ``loop`` (a per-token form: torch's fused "token", MLX's
+    "reference") for calls of at most max(1, C // 16) tokens, e.g. decoding, else "chunk";
+    any other ``impl`` as it is."""
     if impl != "auto":
         return impl
-    return "reference" if length <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK) else "chunk"
+    return loop if length <= max(1, chunk_size // AUTO_TOKENS_PER_CHUNK) else "chunk"
 
 
 @dataclass(frozen=True)

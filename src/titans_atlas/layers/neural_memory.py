@@ -51,7 +51,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
     """``forward(x [B, T, D], state) -> (y [B, T, D], state)``; state is explicit data.
 
     Run-time choices live on the module, not in the config (they are never saved with the
-    weights): ``impl`` ("auto" | "chunk" | "reference" | "triton") and ``checkpoint``
+    weights): ``impl`` ("auto" | "chunk" | "reference" | "token" | "triton") and ``checkpoint``
     (recompute each chunk in backward), set with ``set_runtime``.
     """
 

@@ -79,7 +79,7 @@ class LanguageModel(nn.Module):
         validate: bool | None = None,
     ) -> LanguageModel:
         """Run-time choices -- never saved with the weights. ``memory_impl``: "auto" (default),
-        "chunk", "reference" or "triton" (fused GPU kernels, docs/gpu.md);
+        "chunk", "reference", "token" or "triton" (fused GPU kernels, docs/gpu.md);
         ``memory_checkpoint``: recompute each memory chunk in backward (default False);
         ``validate``: check input values (token ids in range, once per call; the memory
         layers' inputs and states finite; default True; skipped anyway while torch.compile

@@ -20,7 +20,7 @@ from ..common.options import (
 
 # "auto": the per-token loop for calls of at most max(1, C // 16) tokens, else the chunked form;
 # "triton": the fused GPU kernels (extra [triton]; docs/gpu.md), only when asked for.
-SCAN_IMPLS = ("auto", "chunk", "reference", "triton")
+SCAN_IMPLS = ("auto", "chunk", "reference", "token", "triton")
 
 __all__ = [
     "MUON_VALUES",

@@ -22,6 +22,7 @@ from .memory_models import MemoryModel
 from .options import SCAN_IMPLS, MemoryGates, ScanInputs, ScanOptions
 from .scan_chunk import memory_scan_chunk
 from .scan_reference import memory_scan_reference
+from .scan_token import memory_scan_token
 from .state import MemoryState
 
 
@@ -39,7 +40,12 @@ def _fused_triton(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, MemoryState]
     return fused(*args, **kwargs)
 
 
-IMPLS = {"reference": memory_scan_reference, "chunk": memory_scan_chunk, "triton": _fused_triton}
+IMPLS = {
+    "reference": memory_scan_reference,
+    "token": memory_scan_token,
+    "chunk": memory_scan_chunk,
+    "triton": _fused_triton,
+}
 
 
 def memory_scan(
@@ -78,8 +84,10 @@ def memory_scan(
         muon: False (Titans momentum), True or "token" (per-token Muon), "chunk" (one NS5 step
             per chunk, at the token that closes it; a different model, see docs/memory.md).
         read: "after" (y_t = f(W_t, q_t)) or "before" (y_t = f(W_{t-1}, q_t)).
-        impl: "chunk", "reference" or "auto" (the per-token loop for calls of at most
-            max(1, chunk_size // 16) tokens, e.g. decoding; the chunked form otherwise), or
+        impl: "chunk", "reference" (the per-token loop: the equations as written), "token"
+            (the same loop with its weight updates fused, ops/scan_token.py) or "auto"
+            ("token" for calls of at most max(1, chunk_size // 16) tokens, e.g. decoding;
+            the chunked form otherwise), or
             "triton": the chunked form with its chunk loop fused into Triton kernels (CUDA,
             extra [triton]; the Titans momentum rule with linear / depth-2 MLP memories, a
             ValueError naming anything else; the Muon rules with NS5 fused; docs/gpu.md).
@@ -126,7 +134,7 @@ def memory_scan(
         if faults is not None:
             faults.raise_first()
         return q.new_zeros(*q.shape[:3], v.shape[-1], dtype=out_dtype), state
-    impl = auto_impl(impl, q.shape[1], chunk_size)
+    impl = auto_impl(impl, q.shape[1], chunk_size, loop="token")
     # The recurrence runs in the state's precision (fp32 under autocast): bf16 rounding would
     # compound over a stream. Inputs of any floating dtypes -- CUDA autocast hands over fp32
     # q, k (its normalisation runs in fp32) beside bf16 v and gates -- are cast to it.
