@@ -48,6 +48,21 @@ def test_forward_refuses_the_wrong_width(memory_id):
         memory.forward(weights, torch.randn(4, 2, 7, memory.dim_in + 1))
 
 
+def test_forward_names_bad_weights():
+    memory = MEMORIES["mlp"]
+    weights = memory.init_weights(num_heads=2)
+    x = torch.randn(1, 2, 3, memory.dim_in)
+    cases = [
+        ({"w1": weights["w1"]}, r"keys \['w1', 'w2'\]"),  # was KeyError: 'w2'
+        ({**weights, "w2": weights["w2"][:, :3]}, r"weights\['w2'\] must be \[H, 10, 3\]"),
+        # per-stream weights for 3 streams x 1 head were broadcast against x's 1 x 2
+        ({n: w[:1].expand(3, 1, *w.shape[1:]) for n, w in weights.items()}, r"lead with \[1, 2\]"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(ValueError, match=message):
+            memory.forward(bad, x)
+
+
 def test_initialisation_scales():
     linear = LinearMemory(64, 32).init_weights(4)
     assert torch.count_nonzero(linear["w1"]) == 0  # an empty associative memory

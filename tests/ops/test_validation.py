@@ -157,6 +157,16 @@ STATE_CASES = [
     ("float64 momentum", bad_state("momentum", torch.Tensor.double), ["state.momentum", "dtype"]),
     ("NaN weights", bad_state(change=lambda w: w.clone().fill_(NAN)), ["state.weights", "NaN"]),
     ("inf momentum", bad_state("momentum", lambda m: m + math.inf), ["state.momentum", "inf"]),
+    (
+        "momentum for batch 3",
+        bad_state("momentum", lambda m: m[:1].expand(3, *m.shape[1:])),
+        ["state.momentum['w1']", "[B, H] = [2, 2]"],
+    ),
+    (
+        "momentum for batch 1 (was broadcast)",
+        bad_state("momentum", lambda m: m[:1]),
+        ["state.momentum['w1']", "[1, 2, 5, 10]"],
+    ),
     ("weights on meta", bad_state(change=lambda w: w.to("meta")), ["state.weights['w1']", "meta"]),
     ("position -1", bad_state(position=-1), ["state.position", ">= 0"]),
     ("position 2.5", bad_state(position=2.5), ["state.position", "integer"]),
@@ -354,3 +364,15 @@ def test_finite_inputs_that_diverge_are_an_error_not_inf(impl):
 
 def test_every_impl_is_registered():
     assert set(scan_module.IMPLS) | {"auto"} == set(SCAN_IMPLS)
+
+
+def test_a_mid_stream_halo_of_the_wrong_length_is_named():
+    """The Omega halo holds the last c - 1 keys and values; a shorter one was used as is."""
+    memory = MEMORIES["mlp"]
+    inputs = random_inputs(memory, length=5, window=3, dtype=torch.float32)
+    state = memory.initial_state(memory.init_weights(2), 2)
+    _, state = scan(memory, inputs, state, chunk_size=2, omega_window=3)
+    short = MemoryState(**{**state.__dict__, "halo_keys": state.halo_keys[:, :, :1]})
+    with pytest.raises(ValueError, match=r"state.halo_keys must be \[2, 2, 2, 5\]"):
+        scan(memory, inputs, short, chunk_size=2, omega_window=3)
+    scan(memory, inputs, state, chunk_size=2, omega_window=3)  # the full halo continues

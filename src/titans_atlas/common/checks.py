@@ -49,6 +49,22 @@ def check_state_layout(
         raise ValueError("state stands inside a chunk but has no base weights (state.base)")
     if state.base is not None:
         memory.check_weights(state.base, batched=True, name="state.base")
+    # every tensor for the same streams: a momentum [1, H, ...] beside weights [B, H, ...]
+    # was broadcast by the per-token loop and a bmm error in the chunked form
+    for group in ("weights", "momentum", "base"):
+        for key, w in (getattr(state, group) or {}).items():
+            if tuple(w.shape[:2]) != (batch, heads):
+                raise ValueError(
+                    f"state.{group}[{key!r}] must lead with [B, H] = [{batch}, {heads}], "
+                    f"got {list(w.shape)}"
+                )
+    if position > 0 and state.halo_keys is not None:  # at position 0 the halo is unused
+        widths = (("halo_keys", memory.dim_in), ("halo_values", memory.dim_out))
+        for name, width in widths:
+            halo, want = getattr(state, name), [batch, heads, window - 1, width]
+            if halo is None or list(halo.shape) != want:
+                got = None if halo is None else list(halo.shape)
+                raise ValueError(f"state.{name} must be {want} (the last c - 1 tokens), got {got}")
 
 
 def check_decay_target(memory: Any, target: Any, batch: int, heads: int, is_array: type) -> None:

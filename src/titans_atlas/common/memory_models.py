@@ -53,11 +53,28 @@ class MemorySpec:
         raise NotImplementedError
 
     def forward(self, weights: dict[str, Any], x: Any) -> Any:
-        """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``."""
-        if x.ndim < 2 or x.shape[-1] != self.dim_in:  # else a bare matmul error from the backend
-            raise ValueError(
-                f"x must be [B, H, N, {self.dim_in}] (the memory's dim_in), got {list(x.shape)}"
-            )
+        """Read the memory: x ``[B, H, N, Dk]`` -> ``[B, H, N, Dv]``, with weights per head
+        ``[H, d_in, d_out]`` or per stream ``[B, H, d_in, d_out]`` (both checked: a bad one
+        was a KeyError or a bare matmul error from the backend)."""
+        if not hasattr(x, "shape") or x.ndim != 4 or x.shape[-1] != self.dim_in:
+            got = list(x.shape) if hasattr(x, "shape") else type(x).__name__
+            raise ValueError(f"x must be [B, H, N, {self.dim_in}] (the memory's dim_in), got {got}")
+        batched = isinstance(weights, dict) and any(
+            getattr(w, "ndim", 0) == 4 for w in weights.values()
+        )
+        self.check_weights(weights, batched=batched, name="weights")
+        lead = tuple(x.shape[:2]) if batched else (x.shape[1],)
+        for key, w in weights.items():  # no silent broadcast of heads or streams
+            if tuple(w.shape[:-2]) != lead:
+                raise ValueError(
+                    f"weights[{key!r}] must lead with {list(lead)} ([B, H] or [H] of x "
+                    f"{list(x.shape)}), got {list(w.shape)}"
+                )
+        return self.read(weights, x)
+
+    def read(self, weights: dict[str, Any], x: Any) -> Any:
+        """``forward`` without its checks: the scans' per-token reads, whose weights are the
+        checked state's."""
         return self.forward_with(lambda name, h: h @ weights[name], x)
 
     # The backend's array hooks: act(z); (act(z), act'(z)); W^T over the last two axes.

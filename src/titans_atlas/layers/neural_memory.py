@@ -205,7 +205,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         width = self.head_dim * self.num_heads
         q, conv_cache = self._query_features(F.linear(x, self.to_qkv.weight[:width]), conv_cache)
         q = rearrange(q, "b t h d -> b h t d").to(next(iter(weights.values())).dtype)
-        read = rearrange(self.memory.forward(weights, q), "b h t d -> b t h d")
+        read = rearrange(self.memory.read(weights, q), "b h t d -> b t h d")
         output = self.output(read, x)
         if self.memory_hooks:
             output = run_hooks(self.memory_hooks, MemoryRead(self, x, output)).output

@@ -52,7 +52,7 @@ def memory_scan_reference(inputs: ScanInputs) -> tuple[torch.Tensor, MemoryState
         if gates.decay_to is not None:  # the decay pulls toward A instead of zero (section 10)
             weights = {n: w + alpha * gates.decay_to[n] for n, w in weights.items()}
         read_weights = weights if options.read == "after" else previous
-        outputs.append(memory.forward(read_weights, q[:, :, r : r + 1]))
+        outputs.append(memory.read(read_weights, q[:, :, r : r + 1]))
     halos = (last_tokens(state.halo_keys, k, window), last_tokens(state.halo_values, v, window))
     new_state = state.advanced(length, weights, mom, base, halos, options)
     y = torch.cat(outputs, dim=2) if outputs else q.new_zeros(*v.shape)

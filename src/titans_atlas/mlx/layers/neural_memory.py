@@ -152,7 +152,7 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         width = self.head_dim * self.num_heads
         q, conv_cache = self._query_features(x @ self.to_qkv.weight[:width].T, conv_cache)
         q = q.swapaxes(1, 2).astype(next(iter(weights.values())).dtype)  # [B, H, T, Dk]
-        read = self.memory.forward(weights, q).swapaxes(1, 2)  # [B, T, H, Dv]
+        read = self.memory.read(weights, q).swapaxes(1, 2)  # [B, T, H, Dv]
         return self.output(read, x), conv_cache
 
 

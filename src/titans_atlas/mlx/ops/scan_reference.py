@@ -49,7 +49,7 @@ def _token_step(
         if anchor:  # the decay pulls toward A instead of zero (section 10)
             weights = {n: w + alpha * anchor[n] for n, w in weights.items()}
         read_weights = weights if read == "after" else previous
-        return memory.forward(read_weights, q), weights, mom
+        return memory.read(read_weights, q), weights, mom
 
     return step
 
