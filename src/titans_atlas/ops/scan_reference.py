@@ -7,6 +7,8 @@ weights of the current token only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from einops import rearrange
 
@@ -19,6 +21,17 @@ from .state import MemoryState, TensorDict, last_tokens
 def memory_scan_reference(inputs: ScanInputs) -> tuple[torch.Tensor, MemoryState]:
     """Per-token loop; same arguments and result as ``memory_scan_chunk`` (inputs checked,
     in the compute dtype, halo prepared). ``options.checkpoint`` has no effect here."""
+    return per_token_loop(inputs, _reference_step)
+
+
+# (options, t, weights, mom, factors, gamma [B, H, c], theta, eta, alpha [B, H, 1, 1], A)
+# -> (W_t, S_t): one token's update from its clipped tap factors and gates
+TokenStep = Callable[..., tuple[TensorDict, TensorDict]]
+
+
+def per_token_loop(inputs: ScanInputs, step: TokenStep) -> tuple[torch.Tensor, MemoryState]:
+    """The recurrence token by token, each token's update made by ``step``: the reference's
+    (below) or the fused one of ``scan_token.py``, which share this loop."""
     memory, q, k, v, gates, state, options = inputs
     length, size, window = q.shape[1], options.chunk_size, options.omega_window
     q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
@@ -39,24 +52,31 @@ def memory_scan_reference(inputs: ScanInputs) -> tuple[torch.Tensor, MemoryState
         gamma = omega[:, r] * exists  # [B, H, c]
         # each tap's gradient clipped on its own (section 9), then gated
         factors = clip_factors(memory.grad_factors(base, taps_k, taps_v), options.max_grad_norm)
-        grads = {
-            name: torch.einsum("bhj,bhjd,bhje->bhde", gamma, a, b)
-            for name, (a, b) in factors.items()
-        }
         token_gates = (gates.lr, gates.momentum, gates.decay)
         theta, eta, alpha = (g[:, r, :, None, None] for g in token_gates)  # [B, H, 1, 1]
         previous = weights
-        weights, mom = _token_update(
-            options, t, weights=weights, mom=mom, grads=grads, theta=theta, eta=eta, alpha=alpha
+        weights, mom = step(
+            options, t, weights, mom, factors, gamma, theta, eta, alpha, gates.decay_to
         )
-        if gates.decay_to is not None:  # the decay pulls toward A instead of zero (section 10)
-            weights = {n: w + alpha * gates.decay_to[n] for n, w in weights.items()}
         read_weights = weights if options.read == "after" else previous
         outputs.append(memory.read(read_weights, q[:, :, r : r + 1]))
     halos = (last_tokens(state.halo_keys, k, window), last_tokens(state.halo_values, v, window))
     new_state = state.advanced(length, weights, mom, base, halos, options)
     y = torch.cat(outputs, dim=2) if outputs else q.new_zeros(*v.shape)
     return rearrange(y, "b h t d -> b t h d"), new_state
+
+
+def _reference_step(options, t, weights, mom, factors, gamma, theta, eta, alpha, target):
+    """G_t = sum_j gamma_j a_j^T b_j, then the update rule, then the pull toward A."""
+    grads = {
+        name: torch.einsum("bhj,bhjd,bhje->bhde", gamma, a, b) for name, (a, b) in factors.items()
+    }
+    weights, mom = _token_update(
+        options, t, weights=weights, mom=mom, grads=grads, theta=theta, eta=eta, alpha=alpha
+    )
+    if target is not None:  # the decay pulls toward A instead of zero (section 10)
+        weights = {n: w + alpha * target[n] for n, w in weights.items()}
+    return weights, mom
 
 
 def _token_update(

@@ -14,59 +14,40 @@ through its fused form, ``newton_schulz5``).
 from __future__ import annotations
 
 import torch
-from einops import rearrange
 
-from .clipping import clip_factors
 from .newton_schulz import newton_schulz5
 from .options import ScanInputs
-from .state import MemoryState, TensorDict, last_tokens
+from .scan_reference import per_token_loop
+from .state import MemoryState, TensorDict
 
 
 def memory_scan_token(inputs: ScanInputs) -> tuple[torch.Tensor, MemoryState]:
-    """The recurrence of ``memory_scan_reference``, one token at a time, weights updated by
-    fused operations (inputs checked, in the compute dtype, halo prepared)."""
-    memory, q, k, v, gates, state, options = inputs
-    length, size, window = q.shape[1], options.chunk_size, options.omega_window
-    q, k, v = (rearrange(x, "b t h d -> b h t d") for x in (q, k, v))
-    omega = gates.omega if gates.omega is not None else gates.lr.new_ones(*gates.lr.shape, 1)
-    keys = torch.cat([state.halo_keys, k], dim=2)  # [B, H, c-1+T, Dk]
-    values = torch.cat([state.halo_values, v], dim=2)  # [B, H, c-1+T, Dv]
-    weights, mom, base = state.weights, state.momentum, state.chunk_base()
-    outputs = []
-    for r in range(length):
-        t = state.position + r
-        if t % size == 0:
-            base = weights
-        taps_k = keys[:, :, r : r + window].flip(2)  # [B, H, c, Dk]; tap j is token t - j
-        taps_v = values[:, :, r : r + window].flip(2)  # [B, H, c, Dv]
-        exists = (t - torch.arange(window, device=q.device)) >= 0
-        gamma = (omega[:, r] * exists)[..., None]  # [B, H, c, 1]
-        factors = clip_factors(memory.grad_factors(base, taps_k, taps_v), options.max_grad_norm)
-        theta, eta, alpha = (
-            g[:, r, :, None, None] for g in (gates.lr, gates.momentum, gates.decay)
-        )
-        previous = weights
-        if options.update_rule == "momentum":
-            # S_t = eta S - theta sum_j gamma_j a_j^T b_j ; W_t = (1 - alpha) W + S_t
-            mom = _accumulate(mom, factors, eta, -theta * gamma)
-            weights = {n: torch.addcmul(mom[n], 1 - alpha, weights[n]) for n in mom}
-        else:  # ATLAS Muon: S_t = eta S + G ; W_t = (1 - alpha) W - theta NS5(S_t) when it steps
-            mom = _accumulate(mom, factors, eta, gamma)
-            steps = options.update_rule == "muon" or t % size == size - 1
-            weights = {
-                n: torch.addcmul((1 - alpha) * weights[n], theta, newton_schulz5(mom[n]), value=-1)
-                if steps
-                else (1 - alpha) * weights[n]
-                for n in mom
-            }
-        if gates.decay_to is not None:  # W_t + alpha A (docs/memory.md, section 10)
-            weights = {n: torch.addcmul(w, alpha, gates.decay_to[n]) for n, w in weights.items()}
-        read_weights = weights if options.read == "after" else previous
-        outputs.append(memory.read(read_weights, q[:, :, r : r + 1]))
-    halos = (last_tokens(state.halo_keys, k, window), last_tokens(state.halo_values, v, window))
-    new_state = state.advanced(length, weights, mom, base, halos, options)
-    y = torch.cat(outputs, dim=2) if outputs else q.new_zeros(*v.shape)
-    return rearrange(y, "b h t d -> b t h d"), new_state
+    """The recurrence of ``memory_scan_reference``, one token at a time (its loop,
+    ``per_token_loop``), weights updated by fused operations (inputs checked, in the compute
+    dtype, halo prepared)."""
+    return per_token_loop(inputs, _fused_step)
+
+
+def _fused_step(options, t, weights, mom, factors, gamma, theta, eta, alpha, target):
+    """``_reference_step``'s update with the step folded into the factors ``a``."""
+    gamma = gamma[..., None]  # [B, H, c, 1]
+    if options.update_rule == "momentum":
+        # S_t = eta S - theta sum_j gamma_j a_j^T b_j ; W_t = (1 - alpha) W + S_t
+        mom = _accumulate(mom, factors, eta, -theta * gamma)
+        weights = {n: torch.addcmul(mom[n], 1 - alpha, weights[n]) for n in mom}
+    else:  # ATLAS Muon: S_t = eta S + G ; W_t = (1 - alpha) W - theta NS5(S_t) when it steps
+        mom = _accumulate(mom, factors, eta, gamma)
+        size = options.chunk_size
+        steps = options.update_rule == "muon" or t % size == size - 1
+        weights = {
+            n: torch.addcmul((1 - alpha) * weights[n], theta, newton_schulz5(mom[n]), value=-1)
+            if steps
+            else (1 - alpha) * weights[n]
+            for n in mom
+        }
+    if target is not None:  # W_t + alpha A (docs/memory.md, section 10)
+        weights = {n: torch.addcmul(w, alpha, target[n]) for n, w in weights.items()}
+    return weights, mom
 
 
 def _accumulate(mom: TensorDict, factors, eta: torch.Tensor, scale: torch.Tensor) -> TensorDict:
