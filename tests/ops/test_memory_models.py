@@ -61,6 +61,8 @@ def test_forward_names_bad_weights():
     for bad, message in cases:
         with pytest.raises(ValueError, match=message):
             memory.forward(bad, x)
+    as_parameters = torch.nn.ParameterDict(weights)  # a layer's initial weights
+    assert torch.equal(memory.forward(as_parameters, x), memory.forward(weights, x))
 
 
 def test_initialisation_scales():

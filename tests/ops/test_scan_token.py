@@ -83,3 +83,13 @@ def test_decoding_token_by_token_equals_one_call():
     torch.testing.assert_close(torch.cat(reads, dim=1), whole, rtol=1e-10, atol=1e-12)
     for name in final.weights:
         torch.testing.assert_close(state.weights[name], final.weights[name])
+
+
+@pytest.mark.parametrize("rule", ["momentum", "muon"])
+def test_token_equals_reference_with_a_heads_major_momentum_and_a_broadcast_gate(rule):
+    """A caller's momentum stored [H, B]-major and a gate shared over the batch (stride 0):
+    the product eta S takes that layout, and the fused add must not land in a copy."""
+    memory, inputs, weights, momentum = setup_case("mlp", length=5)
+    inputs["momentum"] = inputs["momentum"][:1].expand(2, -1, -1)
+    momentum = {n: m.transpose(0, 1).contiguous().transpose(0, 1) for n, m in momentum.items()}
+    check_parity(run_both(memory, inputs, weights, momentum, impls=BOTH, update_rule=rule))

@@ -52,17 +52,36 @@ def test_task_arguments_belong_to_a_task_source(tmp_path):
     assert text.data.task_args == {}
     same = build_config("recall", overrides=["data.source=task:kv_multi"])
     assert same.data.task_args == {"vocab_size": 32, "num_pairs": 4}  # the source unchanged
-    other = build_config(
-        "recall", overrides=["data.source=task:mqar", "data.task_args.num_pairs=2"]
-    )
-    assert other.data.task_args == {"num_pairs": 2}
+    # the user's own arguments are kept whatever their order relative to the source
+    for order in (["data.source=task:mqar", "data.task_args.num_pairs=2"],
+                  ["data.task_args.num_pairs=2", "data.source=task:mqar"]):  # fmt: skip
+        assert build_config("recall", overrides=order).data.task_args == {"num_pairs": 2}
+        assert build_config("quickstart", overrides=order).data.task_args == {"num_pairs": 2}
+    in_file = tmp_path / "args.toml"
+    in_file.write_text("[data]\ntask_args = {num_pairs = 8}\n")
+    mqar = build_config("recall", in_file, ["data.source=task:mqar"])
+    assert mqar.data.task_args == {"num_pairs": 8}
+    kv = build_config("quickstart", in_file, ["data.source=task:kv_multi"])
+    assert kv.data.task_args == {"num_pairs": 8}
     # set on a text source, they were silently ignored: now an error naming both settings
     with pytest.raises(ValueError, match=r"data.task_args apply only to a task source.*shakesp"):
         build_config("quickstart", overrides=["data.task_args.num_pairs=3"])
-    both = tmp_path / "run.toml"  # in a file, the source applies first, whatever the order
+    both = tmp_path / "run.toml"
     both.write_text('[data]\ntask_args = {num_pairs = 3}\nsource = "builtin:shakespeare"\n')
     with pytest.raises(ValueError, match=r"data\.task_args apply only to a task source"):
         build_config("recall", both)
+
+
+def test_a_run_saved_with_a_presets_ignored_task_arguments_still_resumes():
+    """Before task arguments were refused on a text source, ``--preset recall --data FILE``
+    saved the preset's beside it; the run ignored them, and may resume without them."""
+    config = build_config("recall", overrides=["data.source=builtin:shakespeare"])
+    saved = config.to_dict()
+    saved["data"]["task_args"] = {"vocab_size": 32, "num_pairs": 4}
+    assert RunConfig.from_dict(saved).data.task_args == saved["data"]["task_args"]
+    assert resume_differences({"config": saved, "step": 0}, config, 1) == []
+    saved["data"]["source"] = "task:kv_multi"  # a task run's arguments still count
+    assert "data.source" in resume_differences({"config": saved, "step": 0}, config, 1)
 
 
 def test_wrong_types_and_malformed_overrides_are_errors():

@@ -59,6 +59,8 @@ class MemorySpec:
         if not hasattr(x, "shape") or x.ndim != 4 or x.shape[-1] != self.dim_in:
             got = list(x.shape) if hasattr(x, "shape") else type(x).__name__
             raise ValueError(f"x must be [B, H, N, {self.dim_in}] (the memory's dim_in), got {got}")
+        if not isinstance(weights, dict) and hasattr(weights, "items"):
+            weights = dict(weights.items())  # a layer's initial weights (an nn.ParameterDict)
         batched = isinstance(weights, dict) and any(
             getattr(w, "ndim", 0) == 4 for w in weights.values()
         )

@@ -55,7 +55,10 @@ def _accumulate(mom: TensorDict, factors, eta: torch.Tensor, scale: torch.Tensor
     matmul-add: ``[B*H, Dk, c] @ [B*H, c, Dv]`` added to eta S ``[B*H, Dk, Dv]``."""
     out = {}
     for name, (a, b) in factors.items():
-        decayed = eta * mom[name]  # [B, H, Dk, Dv], a fresh contiguous tensor of this call's
+        # [B, H, Dk, Dv], this call's own tensor. The product takes mom's layout, which need
+        # not be [B, H]-major (a caller's state, a gate broadcast over B): then flatten(0, 1)
+        # below would copy and the in-place add be lost, so make it contiguous (free if it is)
+        decayed = (eta * mom[name]).contiguous()
         scaled = (scale * a).transpose(-1, -2)  # [B, H, Dk, c]
         # in place into that fresh tensor (mul saves its inputs, not its output, so autograd
         # allows it): out-of-place baddbmm would first copy it, one more pass over the weights

@@ -51,13 +51,7 @@ def set_value(config: Config, key: str, value: Any, *, text: bool = True) -> Con
         if name not in valid:
             raise ValueError(f"unknown setting {key!r}{suggest(name, valid)}")
         kind = str(next(f.type for f in fields(part) if f.name == name))
-        value = _coerce(kind, value, key, text)
-        if key == "data.source" and value != part.source:
-            # the task arguments belong to the source they came with (a preset's task):
-            # another source starts without them; ones set after it are checked against it
-            part = replace(part, source=value, task_args={})
-        else:
-            part = replace(part, **{name: value})
+        part = replace(part, **{name: _coerce(kind, value, key, text)})
     return replace(config, **{section: part})
 
 
@@ -112,8 +106,7 @@ def apply_nested(config: Config, data: dict[str, Any]) -> Config:
             for name, value in {**overrides, **_flat_model(values)}.items():
                 config = set_value(config, f"model.{name}", value, text=False)
         elif isinstance(values, dict):
-            # data.source first: setting it clears the task arguments the table may also set
-            for name, value in sorted(values.items(), key=lambda item: item[0] != "source"):
+            for name, value in values.items():
                 config = set_value(config, f"{section}.{name}", value, text=False)
         elif section in {f.name for f in fields(config)}:  # a known section, not a table
             raise ValueError(f"[{section}] must be a table of settings, got {values!r}")

@@ -9,7 +9,7 @@ A key that is not a field is a ValueError naming it and the closest valid names
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,9 @@ class DataConfig:
     ``"hf:NAME"`` (Hugging Face ``datasets``) or ``"task:NAME"`` (a synthetic task).
     ``mode``: ``"packed"`` (independent windows, fresh state) or ``"stream"`` (each batch row
     reads its documents in consecutive windows with the model state carried).
-    ``task_args``: the arguments of a ``"task:NAME"`` source; refused with any other source,
-    and cleared when ``source`` is set to another value (a preset's task does not follow).
+    ``task_args``: the arguments of a ``"task:NAME"`` source. ``build_config`` refuses them
+    with any other source, and drops a preset's when the file or overrides set another
+    source (``--preset recall --data FILE``: the preset's task does not follow).
     """
 
     source: str = "builtin:shakespeare"
@@ -74,11 +75,6 @@ class DataConfig:
         check_number("data.val_fraction", self.val_fraction, 0.0, 1.0, open_low=False)
         _at_least("data.stream_tokens", self.stream_tokens, 0)
         check_bool("data.hf_streaming", self.hf_streaming)
-        if self.task_args and not self.source.startswith("task:"):  # they were ignored
-            raise ValueError(
-                f"data.task_args apply only to a task source (data.source='task:NAME'); "
-                f"data.source is {self.source!r}"
-            )
 
 
 @dataclass
@@ -209,13 +205,33 @@ def build_config(
     if preset not in RUN_PRESETS:
         raise ValueError(f"unknown preset {preset!r}{suggest(preset, sorted(RUN_PRESETS))}")
     config = apply_nested(RunConfig(), RUN_PRESETS[preset])
+    from_file = read_config_file(config_file) if config_file is not None else {}
+    items = list(overrides.items() if isinstance(overrides, dict) else map(_split, overrides))
+    if _source_set(from_file, items) not in (None, config.data.source):
+        # the preset's task arguments belong to its source; ones the file or the overrides
+        # give are applied below, whatever their order relative to data.source
+        config = replace(config, data=replace(config.data, task_args={}))
     if config_file is not None:
-        config = apply_nested(config, read_config_file(config_file))
-    items = overrides.items() if isinstance(overrides, dict) else map(_split, overrides)
+        config = apply_nested(config, from_file)
     for key, value in items:
         config = set_value(config, key, value)
+    if config.data.task_args and not config.data.source.startswith("task:"):  # else ignored
+        raise ValueError(
+            f"data.task_args apply only to a task source (data.source='task:NAME'); "
+            f"data.source is {config.data.source!r}"
+        )
     config.model.build()  # validate the model part now, not at the first step
     return config
+
+
+def _source_set(from_file: dict[str, Any], items: list[tuple[str, Any]]) -> Any:
+    """The ``data.source`` a config file and overrides end with, None if they set none."""
+    data = from_file.get("data") if isinstance(from_file, dict) else None
+    source = data.get("source") if isinstance(data, dict) else None
+    for key, value in items:
+        if key == "data.source":
+            source = value
+    return source
 
 
 def _split(item: str) -> tuple[str, str]:
@@ -251,6 +267,11 @@ def resume_differences(saved: dict[str, Any], config: RunConfig, world_size: int
     differ = [
         k for k in config_differences(saved["config"], config.to_dict()) if k not in RESUMABLE
     ]
+    saved_data = saved["config"].get("data", {})
+    if not str(saved_data.get("source", "")).startswith("task:"):
+        # a run saved before task arguments were refused on other sources may hold a
+        # preset's, which it ignored: they do not keep it from resuming
+        differ = [k for k in differ if not k.startswith("data.task_args")]
     saved_world = saved.get("world_size", 1)
     saved_rows = saved["config"]["train"]["batch_size"]
     rows = config.train.batch_size
