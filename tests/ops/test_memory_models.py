@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers import MEMORIES, assert_close, random_weights
-from titans_atlas.ops import GatedMLPMemory, LinearMemory, MLPMemory
+from titans_atlas.ops import GatedMLPMemory, LinearMemory, MLPMemory, memory_scan
 
 
 @pytest.mark.parametrize("memory_id", list(MEMORIES))
@@ -74,6 +75,32 @@ def test_initialisation_scales():
     assert abs(mlp["w2"].std().item() - 1 / 32) < 1e-3
     same = MLPMemory(256, 256).init_weights(4, generator=seeded())
     assert torch.equal(same["w1"], mlp["w1"])
+    gated = GatedMLPMemory(256, 256, expansion=4).init_weights(4, generator=seeded())
+    for name in ("gate", "up"):  # fan_in^-1/4: unit-norm keys, hidden units the MLP's size
+        assert abs(gated[name].std().item() - 1 / 4) < 1e-2
+    assert abs(gated["down"].std().item() - 1 / 32) < 1e-3
+
+
+def test_a_write_moves_the_gated_read_as_far_as_the_mlp_read():
+    """Per-token Muon fixes how far the weights move; what reaches the read is the hidden
+    units' size. With LeCun's gate and up, the gated memory's read moved 4.5x less than the
+    MLP's for the same writes of unit-norm keys; the gated init brings it level."""
+    torch.manual_seed(0)
+    dim, heads, batch, pairs = 32, 2, 64, 4
+    keys = F.normalize(torch.randn(batch, pairs, heads, dim, dtype=torch.float64), dim=-1)
+    values = F.normalize(torch.randn(batch, pairs, heads, dim, dtype=torch.float64), dim=-1)
+    gate = lambda x: torch.full((batch, pairs, heads), x, dtype=torch.float64)  # noqa: E731
+    moved = {}
+    for memory in (MLPMemory(dim, dim, residual=True), GatedMLPMemory(dim, dim, residual=True)):
+        state = memory.initial_state(memory.init_weights(heads, dtype=torch.float64), batch)
+        _, after = memory_scan(
+            memory, keys, keys, values, gate(0.1), gate(0.0), gate(0.0), state,
+            chunk_size=1, update_rule="muon",
+        )  # fmt: skip
+        x = keys.transpose(1, 2)
+        change = memory.forward(after.weights, x) - memory.forward(state.weights, x)
+        moved[type(memory).__name__] = change.norm(dim=-1).mean().item()
+    assert 0.5 < moved["GatedMLPMemory"] / moved["MLPMemory"] < 2.0, moved
 
 
 def test_residual_memory_reads_identity_plus_mlp():
