@@ -96,9 +96,15 @@ def _token_update(
         return {n: (1 - alpha) * weights[n] + mom[n] for n in grads}, mom
     # ATLAS Muon; the per-chunk rule steps only at the token that closes a chunk
     mom = {n: eta * mom[n] + grads[n] for n in grads}
-    steps = options.update_rule == "muon" or t % options.chunk_size == options.chunk_size - 1
+    steps = muon_steps_at(options, t)
     weights = {
         n: (1 - alpha) * weights[n] - (theta * newton_schulz5_reference(mom[n]) if steps else 0)
         for n in grads
     }
     return weights, mom
+
+
+def muon_steps_at(options: ScanOptions, t: int) -> bool:
+    """Whether a Muon rule moves the weights at token t: every token ("muon"), or the token
+    that closes a chunk ("muon_chunk")."""
+    return options.update_rule == "muon" or t % options.chunk_size == options.chunk_size - 1

@@ -17,7 +17,7 @@ import torch
 
 from .newton_schulz import newton_schulz5
 from .options import ScanInputs
-from .scan_reference import per_token_loop
+from .scan_reference import muon_steps_at, per_token_loop
 from .state import MemoryState, TensorDict
 
 
@@ -37,8 +37,7 @@ def _fused_step(options, t, weights, mom, factors, gamma, theta, eta, alpha, tar
         weights = {n: torch.addcmul(mom[n], 1 - alpha, weights[n]) for n in mom}
     else:  # ATLAS Muon: S_t = eta S + G ; W_t = (1 - alpha) W - theta NS5(S_t) when it steps
         mom = _accumulate(mom, factors, eta, gamma)
-        size = options.chunk_size
-        steps = options.update_rule == "muon" or t % size == size - 1
+        steps = muon_steps_at(options, t)
         weights = {
             n: torch.addcmul((1 - alpha) * weights[n], theta, newton_schulz5(mom[n]), value=-1)
             if steps
