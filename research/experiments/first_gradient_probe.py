@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from titans_atlas.models import build_model
-from titans_atlas.train.config import build_config
+from titans_atlas.train import build_config
 
 
 def first_gradient(name: str, seed: int = 0) -> tuple[float, list[tuple[float, str]]]:
