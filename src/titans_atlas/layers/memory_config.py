@@ -26,13 +26,6 @@ OMEGA_GATE_SOURCES = ("step", "tap")
 QK_INITS = ("matched", "shifted", "independent")
 # "shifted": each stream's convolution starts as a delay of this many tokens (both backends)
 SHIFTED_CONV_LAGS = {"q": 0, "k": 1, "v": 0}
-# The L2 normalisation of q and k is x / max(||x||, eps). With the shifted start a key is
-# exactly zero at every stream start (it reads the token before the first), where the slope
-# is 1/eps: torch's default eps (1e-12) made the first training step's gradient norm 1.3e8
-# (lmm) to 6e9 (atlas) on the recall preset, nearly all of it on the key convolution, and
-# the outer clip scaled every other gradient down by as much. 1e-3 bounds the slope at 1e3 and
-# changes nothing above it: untrained keys have norm 0.3-0.6 (research/LOG.md, section 10).
-KEY_NORM_EPS = 1e-3
 # The values of the stability fields that give the spec's unbounded layer: what a config
 # saved before they existed (checkpoint format 2) meant.
 UNBOUNDED_GATES = {

@@ -31,7 +31,7 @@ from ..ops.memory_models import MEMORY_CLASSES
 from ..validation import check_bool, check_choice, check_heads
 from .basic import CausalConv
 from .hooks import MemoryRead, MemoryWrite, new_hook_table, run_hooks
-from .memory_config import KEY_NORM_EPS, SHIFTED_CONV_LAGS, MemoryConfig
+from .memory_config import SHIFTED_CONV_LAGS, MemoryConfig
 
 
 @dataclass
@@ -147,10 +147,8 @@ class NeuralMemory(MemoryLayerRules, nn.Module):
         return MemoryLayerState(memory=self.memory.initial_state(weights, batch_size))
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
-        """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]
-        (the norm's eps: ``KEY_NORM_EPS``)."""
-        x = F.silu(rearrange(x, "b t (h d) -> b t h d", h=self.num_heads))
-        x = F.normalize(x, dim=-1, eps=KEY_NORM_EPS)
+        """SiLU -> L2 norm -> optional polynomial map per head: [B, T, H*Dh] -> [B, T, H, Dk]."""
+        x = F.normalize(F.silu(rearrange(x, "b t (h d) -> b t h d", h=self.num_heads)), dim=-1)
         return self._feature_map(x)
 
     def _gates(self, x: torch.Tensor):

@@ -24,7 +24,7 @@ from ...common.memory_layer import (  # noqa: F401  (scan_options, update_rule: 
     update_rule,
 )
 from ...common.memory_models import build_memory
-from ...layers.memory_config import KEY_NORM_EPS, SHIFTED_CONV_LAGS
+from ...layers.memory_config import SHIFTED_CONV_LAGS
 from ...layers.neural_memory import MemoryConfig
 from ...validation import check_heads
 from ..ops import (
@@ -46,10 +46,10 @@ class MemoryLayerState:
     conv: dict[str, mx.array] = field(default_factory=dict)
 
 
-def l2_normalize(x: mx.array, eps: float = KEY_NORM_EPS) -> mx.array:
-    """``torch.nn.functional.normalize(x, dim=-1, eps=eps)``: x / max(||x||, eps), the max
-    inside the root (sqrt's derivative at 0 would be inf, and a zero vector is common -- a
-    key delayed past the stream start, ``qk_init="shifted"``)."""
+def l2_normalize(x: mx.array, eps: float = 1e-12) -> mx.array:
+    """``torch.nn.functional.normalize(x, dim=-1)``: x / max(||x||, eps), with torch's zero
+    gradient at x = 0 (the max inside the root: sqrt's derivative at 0 would be inf, and a
+    zero vector is common -- a key delayed past the stream start, ``qk_init="shifted"``)."""
     squared = (x * x).sum(axis=-1, keepdims=True)
     return x * mx.rsqrt(mx.maximum(squared, eps * eps))
 
