@@ -91,20 +91,24 @@ def test_compiled_blocks_train_like_eager(name):
 @slow
 @pytest.mark.parametrize("name", ["swa", "lmm", "mac"])
 def test_inductor_training_step_and_decoding_equal_eager(name):
-    """Inductor's generated kernels (not only the traced graph) agree with eager."""
+    """Inductor's generated kernels (not only the traced graph) agree with eager: decoding
+    in float32, training in float64 (in float32 a gradient entry near zero beside the key
+    convolution's 1e8 -- the zero key at a stream start, research/LOG.md, 10 -- rounds apart)."""
     model = tiny(name, depth=2)
     ids = torch.randint(0, 50, (2, 13), generator=torch.Generator().manual_seed(2))
     eager_out = generate(model, ids[:, :5], 24, greedy=True)
     assert torch.equal(generate(model, ids[:, :5], 24, greedy=True, compile=True), eager_out)
+    model = model.double()
     logits, _ = model.train()(ids)
     logits.square().mean().backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     compiled, _ = model.compile_blocks(fullgraph=name in ONE_GRAPH_PER_BLOCK)(ids)
     compiled.square().mean().backward()
-    torch.testing.assert_close(compiled, logits, rtol=1e-4, atol=1e-5)
+    # inductor's float64 CPU kernels for MAC's attention agree to ~3e-7 relative, not 1e-12
+    torch.testing.assert_close(compiled, logits, rtol=1e-6, atol=1e-9)
     for pname, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected[pname], rtol=1e-3, atol=1e-6, msg=pname)
+        torch.testing.assert_close(param.grad, expected[pname], rtol=1e-5, atol=1e-8, msg=pname)
 
 
 @slow
