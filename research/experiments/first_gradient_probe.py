@@ -1,6 +1,6 @@
 """The first training step's gradient at initialisation (research/LOG.md, section 10).
 
-Build the recall preset's model (``--set model.name=...`` picks another architecture), take
+Build the recall preset's model for each architecture named on the command line, take
 one batch of random token rows (8 x 128, the preset's vocabulary), one cross-entropy
 backward, and print the gradient norm over all parameters and the three largest parts. With
 the shifted start every stream's first key is exactly zero, so this is where the L2
