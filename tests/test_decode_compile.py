@@ -1,6 +1,6 @@
 """Decoding with ``compile`` = "auto" / true / false (``titans_atlas.compiling.DecodeStep``, used
-by ``titans generate`` and ``titans eval``): "auto" rents eager decoding until it has taken the
-pay-off time, then compiles; a compiled step that raises costs one line and the eager tokens."""
+by ``titans generate`` and ``titans eval``): "auto" rents eager decoding for the pay-off number of
+steps, then compiles; a compiled step that raises costs one line and the eager tokens."""
 
 from __future__ import annotations
 
@@ -53,15 +53,28 @@ class Counting:
 
 def test_auto_rents_eager_then_compiles_once_it_pays(model):
     compiled = Counting(model)
-    never = DecodeStep(model, compiled.make, "auto", pays_after_s=math.inf)
+    never = DecodeStep(model, compiled.make, "auto", pays_after_steps=math.inf)
     reference = greedy_tokens(never, model)
     assert compiled.built == 0 and not never.is_compiled
 
-    step = DecodeStep(model, compiled.make, "auto", pays_after_s=0.0, warn=lambda m: None)
+    step = DecodeStep(model, compiled.make, "auto", pays_after_steps=0, warn=lambda m: None)
     assert greedy_tokens(step, model) == reference
-    # 0 s of eager decoding already pays: every step is the compiled one, built once
+    # 0 eager steps already pay: every step is the compiled one, built once
     assert compiled.built == 1 and compiled.calls == 12 and step.is_compiled
-    assert step.reason.startswith("auto: compiled after")
+    assert step.reason == "auto: compiled after 0 eager decode steps"
+
+    later = Counting(model)
+    step = DecodeStep(model, later.make, "auto", pays_after_steps=5, warn=lambda m: None)
+    assert greedy_tokens(step, model) == reference
+    # steps 1-5 eager, then the other 7 compiled: the count is of calls, across streams
+    assert later.built == 1 and later.calls == 7 and step.eager_steps == 5
+    assert greedy_tokens(step, model) == reference and later.calls == 19
+
+
+def test_a_bad_pay_off_count_is_refused_by_name(model):
+    for bad in (-1, float("nan"), True, "8000"):
+        with pytest.raises(ValueError, match="pays_after_steps"):
+            DecodeStep(model, lambda: None, "auto", pays_after_steps=bad)
 
 
 def test_a_failing_compiled_step_falls_back_to_the_same_tokens(model):
@@ -74,14 +87,14 @@ def test_a_failing_compiled_step_falls_back_to_the_same_tokens(model):
     assert len(lines) == 1 and lines[0].startswith("torch.compile failed (RuntimeError")
 
     broken_auto = Counting(model, fail=True)
-    auto = DecodeStep(model, broken_auto.make, "auto", pays_after_s=0.0, warn=lines.append)
+    auto = DecodeStep(model, broken_auto.make, "auto", pays_after_steps=0, warn=lines.append)
     assert greedy_tokens(auto, model) == reference
     assert broken_auto.built == 1  # tried once, never again
 
 
 def test_false_never_builds_a_compiled_step(model):
     built = Counting(model)
-    step = DecodeStep(model, built.make, False, pays_after_s=0.0)
+    step = DecodeStep(model, built.make, False, pays_after_steps=0)
     greedy_tokens(step, model)
     assert built.built == 0
 
@@ -97,7 +110,7 @@ def test_evaluator_greedy_is_the_same_compiled_or_not(model):
     eager = Evaluator(model, check_budget=False).greedy([1, 2, 3], 6)
     evaluator = Evaluator(model, check_budget=False, compile="auto")
     compiled = Counting(model)
-    evaluator.decode = DecodeStep(model, compiled.make, "auto", pays_after_s=0.0)
+    evaluator.decode = DecodeStep(model, compiled.make, "auto", pays_after_steps=0)
     assert evaluator.greedy([1, 2, 3], 6) == eager and compiled.calls > 0
 
 

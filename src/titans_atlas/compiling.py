@@ -10,9 +10,9 @@ only where that pays, from measurements (docs/benchmarks.md, "What you get by de
   are left (a compile costs about as much as a fixed number of eager steps, however loaded
   the machine, so the break-even is a step count);
 - **decoding** does not know how many tokens will follow (interactive turns, an evaluation's
-  next sample), so it rents before it buys: it decodes eager until eager decoding has taken
-  ``DECODE_PAYS_AFTER_S`` in all, then compiles -- never more than twice the better choice's
-  time (the ski-rental rule), whatever comes next.
+  next sample), so it rents before it buys: it decodes ``DECODE_PAYS_AFTER_STEPS`` steps eager
+  (about the compile's cost), then compiles -- near the ski-rental bound of twice the better
+  choice's time, whatever comes next.
 
 Either way a compile that raises is not a crash: one line says why and the work goes on
 eager (the Trainer redoes the failed step; ``DecodeStep`` uses ``guarded_call``).
@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +39,12 @@ from .ops import validating
 # eager one. Compiling pays after 1,005, 3,060 and ~1,100 steps; from 3,000 it pays (or
 # nearly) in every case measured, and with a warm cache from a few hundred.
 TRAIN_PAYS_AFTER_STEPS = 3000
-# The decode step compiles in 20-36 s (lmm / MAC) and then runs 3.7-4.5x as fast.
-DECODE_PAYS_AFTER_S = 30.0
+# Measured the same way (benchmarks/decode_break_even.py), a cold compile of every graph a
+# decoding stream needs costs as much as a fixed number of eager one-token steps whatever the
+# model's depth: 10,000-10,900 for MAC at depth 1, 2 and 4 (93-265 s on a loaded machine),
+# 6,900 for the lmm. Renting for that many steps keeps decoding within about 2.5x the
+# better choice's time for both; no threshold in seconds does (the compile grows with depth).
+DECODE_PAYS_AFTER_STEPS = 8000
 
 
 def check_compile_setting(name: str, value: Any) -> bool | str:
@@ -111,9 +114,10 @@ def fallback_message(err: BaseException) -> str:
 
 class DecodeStep:
     """``step(token [B, 1], state) -> (logits [B, 1, V], state)`` for a decoding loop, with
-    ``compile`` = "auto" / True / False. "auto" decodes eager until eager decoding has taken
-    ``pays_after_s`` in all (across every stream this object decodes), then compiled (built by
-    ``make_compiled``); a compiled step that raises is dropped for eager with one line on
+    ``compile`` = "auto" / True / False. "auto" decodes ``pays_after_steps`` steps eager (across
+    every stream this object decodes), then compiled (built by ``make_compiled``); a step of
+    a larger batch costs more eager time for the same compile, so there the rule errs towards
+    eager. A compiled step that raises is dropped for eager with one line on
     ``warn``. Eager and compiled steps compute the same function. It continues a stream whose
     state a prefill has checked: the eager step skips the memory layers' per-call value
     checks (NaN, gate ranges; a host sync each, 17% of a MAC decode step), as a compiled step
@@ -125,12 +129,15 @@ class DecodeStep:
         make_compiled: Callable[[], Callable],
         compile: bool | str = "auto",
         device: torch.device | str = "cpu",
-        pays_after_s: float = DECODE_PAYS_AFTER_S,
+        pays_after_steps: float = DECODE_PAYS_AFTER_STEPS,
         warn: Callable[[str], None] | None = None,
     ):
         self.setting = check_compile_setting("compile", compile)
         self.model, self.make_compiled = model, make_compiled
-        self.pays_after_s, self.eager_s = pays_after_s, 0.0
+        steps = pays_after_steps
+        if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not steps >= 0:
+            raise ValueError(f"pays_after_steps must be a number >= 0, got {pays_after_steps!r}")
+        self.pays_after_steps, self.eager_steps = pays_after_steps, 0
         self.warn = warn if warn is not None else _stderr
         self.compiled: Callable | None = None
         self.reason = "compile=false" if self.setting is False else "compile=true"
@@ -145,7 +152,7 @@ class DecodeStep:
     def __call__(self, token: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         if self.compiled is None and self._pays():
             self.compiled = self.make_compiled()
-            self.reason = f"auto: compiled after {self.eager_s:.0f} s of eager decoding"
+            self.reason = f"auto: compiled after {self.eager_steps} eager decode steps"
             self.warn(f"compile: {self.reason}")
         if self.compiled is not None:
             ok, result = guarded_call(self.compiled, (token, state), self.warn)
@@ -153,10 +160,9 @@ class DecodeStep:
                 return result
             self.compiled, self.failed = None, True
             self.reason = "compile failed: eager"
-        start = time.perf_counter()
         with validating(False):
             result = self.model(token, state)
-        self.eager_s += time.perf_counter() - start
+        self.eager_steps += 1
         return result
 
     @property
@@ -164,7 +170,10 @@ class DecodeStep:
         return self.compiled is not None
 
     def _pays(self) -> bool:
-        return self.setting == "auto" and not self.failed and self.eager_s >= self.pays_after_s
+        return (
+            self.setting == "auto" and not self.failed
+            and self.eager_steps >= self.pays_after_steps
+        )  # fmt: skip
 
 
 def guarded_call(
