@@ -12,6 +12,7 @@ import re
 import sys
 import time
 
+from ..compiling import DECODE_PAYS_AFTER_STEPS
 from ..eval.extras import MissingDependencyError
 from ..eval.inference import Evaluator
 from ..eval.loading import load_checkpoint
@@ -87,7 +88,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--compile", choices=("auto", "true", "false"), default="auto",
-        help="compile greedy decoding's step (auto: once eager decoding has taken long enough)",
+        help=f"compile greedy decoding (auto: after {DECODE_PAYS_AFTER_STEPS:,} eager steps)",
     )  # fmt: skip
     parser.add_argument(
         "--backend", choices=["torch", "mlx"], default="torch",

@@ -23,7 +23,7 @@ from typing import TextIO
 import torch
 from torch import nn
 
-from ..compiling import DecodeStep
+from ..compiling import DECODE_PAYS_AFTER_STEPS, DecodeStep
 from ..generation import Sampler, SamplingConfig, compiled_decode_step, prefill
 from ..io import CheckpointError, load_model
 from ..io.state import load_state, save_state
@@ -60,7 +60,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--greedy", action="store_true")
     parser.add_argument(
         "--compile", choices=("auto", "true", "false"), default="auto",
-        help="compile the decode step (auto: once eager decoding has taken long enough to pay)",
+        help=f"compile the decode step (auto: after {DECODE_PAYS_AFTER_STEPS:,} eager steps)",
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=int_at_least(0, MAX_SEED), help="sampling seed (default: random)"
