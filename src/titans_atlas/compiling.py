@@ -11,8 +11,8 @@ only where that pays, from measurements (docs/benchmarks.md, "What you get by de
   the machine, so the break-even is a step count);
 - **decoding** does not know how many tokens will follow (interactive turns, an evaluation's
   next sample), so it rents before it buys: it decodes ``DECODE_PAYS_AFTER_STEPS`` steps eager
-  (about the compile's cost), then compiles -- near the ski-rental bound of twice the better
-  choice's time, whatever comes next.
+  (about the compile's cost), then compiles -- within about 2.5x the better choice's time
+  for the models measured, whatever comes next (the ski-rental rule).
 
 Either way a compile that raises is not a crash: one line says why and the work goes on
 eager (the Trainer redoes the failed step; ``DecodeStep`` uses ``guarded_call``).
