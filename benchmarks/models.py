@@ -290,6 +290,10 @@ def run(args: argparse.Namespace) -> dict:
             if "train" in args.cases:
                 row["train"] = measure_train(name, args, compiled)
             if "decode" in args.cases:
+                # A fresh dynamo for decoding, as `titans generate` starts: what the training
+                # compile left (its graphs, the shapes it saw change) made compiled decoding
+                # 1.5x slower in the same process (231.9 vs 351.3 tokens/s, docs/benchmarks.md).
+                torch._dynamo.reset()
                 row["decode"] = measure_decode(name, args, compiled)
             rows.append(row)
             print(json.dumps(row), flush=True)
