@@ -13,7 +13,12 @@ import torch
 from safetensors import safe_open
 
 import titans_atlas as ta
-from titans_atlas.layers.memory_config import FORMAT_7_FIELDS, LATER_FIELDS, UNBOUNDED_GATES
+from titans_atlas.layers.memory_config import (
+    FORMAT_7_FIELDS,
+    FORMAT_8_FIELDS,
+    LATER_FIELDS,
+    UNBOUNDED_GATES,
+)
 from titans_atlas.models.config import MAC_FIELDS, MAG_FIELDS
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
@@ -168,6 +173,9 @@ def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> No
     for key in drop:
         memory.pop(key)
     memory.update(add or {})
+    if version <= 7:  # formats 1-7 had no separate theta timescales
+        for key in FORMAT_8_FIELDS:
+            memory.pop(key, None)
     if version <= 6:  # formats 1-6 had no per-head timescales
         for key in FORMAT_7_FIELDS:
             memory.pop(key, None)
@@ -215,11 +223,11 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_7_is_written_with_every_memory_field_and_without_runtime_choices(saved):
+def test_format_8_is_written_with_every_memory_field_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 7
+    assert meta["version"] == 8
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
-    assert {*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS, "qk_init"} <= set(
+    assert {*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS, *FORMAT_8_FIELDS, "qk_init"} <= set(
         meta["config"]["memory"]
     )
     assert {*MAC_FIELDS, *MAG_FIELDS} <= set(meta["config"])

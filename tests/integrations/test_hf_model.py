@@ -24,7 +24,12 @@ from titans_atlas.integrations.hf import (
     import_hf,
     to_hf_model,
 )
-from titans_atlas.layers.memory_config import FORMAT_7_FIELDS, LATER_FIELDS, UNBOUNDED_GATES
+from titans_atlas.layers.memory_config import (
+    FORMAT_7_FIELDS,
+    FORMAT_8_FIELDS,
+    LATER_FIELDS,
+    UNBOUNDED_GATES,
+)
 
 GENERATION_MODELS = ["lmm", "mac", "mag", "mal", "atlas", "omeganet", "swa", "transformer"]
 
@@ -274,7 +279,7 @@ def test_a_config_saved_before_the_stability_fields_keeps_its_layer():
     existed has a complete memory dict without them: it reads as the unbounded layer it was;
     a partial dict takes today's defaults."""
     saved = ta.model_config("lmm").to_dict()
-    for key in [*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS]:  # nor the later fields
+    for key in [*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS, *FORMAT_8_FIELDS]:  # nor later
         saved["memory"].pop(key)
     memory = TitansAtlasConfig(titans=saved).model_config.memory
     assert all(getattr(memory, key) == value for key, value in UNBOUNDED_GATES.items())

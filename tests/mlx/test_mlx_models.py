@@ -93,8 +93,15 @@ def test_mag_attention_gate_matches_torch(tmp_path):
         {"momentum_max": 1.0, "decay_min": 0.0, "max_grad_norm": None},  # format-2 layers
         {"omega_gate_source": "step"},  # the layer default; the ATLAS presets take "tap"
         {"timescale_ratio": 64.0},  # per-head theta and alpha, scaled down to 1/64
+        {"timescale_ratio": 64.0, "timescale_lr_ratio": 8.0},  # theta spread on its own
     ],
-    ids=["decay-to-init-clip-binds", "unbounded", "omega-gates-of-the-step", "timescales"],
+    ids=[
+        "decay-to-init-clip-binds",
+        "unbounded",
+        "omega-gates-of-the-step",
+        "timescales",
+        "theta-timescales",
+    ],
 )
 @pytest.mark.parametrize("name", ["lmm", "atlas"])
 def test_stability_settings_match_torch(name, stability, tmp_path):

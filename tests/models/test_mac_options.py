@@ -58,10 +58,11 @@ def test_a_format_4_file_loads_as_the_papers_mac(tmp_path):
     model = mac()
     model.save_pretrained(str(tmp_path))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 7 and meta["config"]["mac_memory_input"] == "attention"
+    assert meta["version"] == 8 and meta["config"]["mac_memory_input"] == "attention"
     for name in ("mac_memory_input", "mac_context_norm", "mag_gate"):
         del meta["config"][name]
     del meta["config"]["memory"]["timescale_ratio"]  # added in format 7
+    del meta["config"]["memory"]["timescale_lr_ratio"]  # added in format 8
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 4}))
     loaded = ta.load_model(str(tmp_path))
     assert (loaded.config.mac_memory_input, loaded.config.mac_context_norm) == ("attention", False)

@@ -1,7 +1,7 @@
 """Per-head timescales (``MemoryConfig.timescale_ratio``): head h's theta and alpha scaled by
-ratio ** (-h / (H - 1)). The scales, the gates against the unscaled layer, the default left
-alone, the scan's float64 parity and gradients under the option, streaming, the saved format
-and bad values."""
+ratio ** (-h / (H - 1)), theta by its own ``timescale_lr_ratio`` where that is set. The
+scales, the gates against the unscaled layer, the default left alone, the scan's float64
+parity and gradients under the option, streaming, the saved format and bad values."""
 
 from __future__ import annotations
 
@@ -56,16 +56,39 @@ def test_theta_and_alpha_are_scaled_per_head_and_eta_is_not(omega_window):
     assert (y - plain(x)[0]).abs().max() > 1e-6, "the option changed nothing"
 
 
+@pytest.mark.parametrize("lr_ratio", [1.0, 8.0, 64.0])
+def test_theta_takes_its_own_spread_and_alpha_keeps_the_full_one(lr_ratio):
+    scaled = layer(64.0, timescale_lr_ratio=lr_ratio)
+    plain = layer(1.0)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    lr, momentum, decay, _ = scaled._gates(x)
+    lr_1, momentum_1, decay_1, _ = plain._gates(x)
+    lr_scale = torch.tensor([lr_ratio ** (-h / 3) for h in range(4)], dtype=torch.float64)
+    decay_scale = torch.tensor([64.0 ** (-h / 3) for h in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(lr, lr_1 * lr_scale, rtol=1e-15, atol=0)
+    torch.testing.assert_close(decay, decay_1 * decay_scale, rtol=1e-15, atol=0)
+    torch.testing.assert_close(momentum, momentum_1, rtol=0, atol=0)
+    assert scaled.config.lr_head_scales(4) == pytest.approx(lr_scale.tolist(), rel=1e-15)
+
+
+def test_an_lr_ratio_equal_to_the_ratio_is_the_shared_spread():
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    shared, same = layer(32.0), layer(32.0, timescale_lr_ratio=32.0)
+    torch.testing.assert_close(same(x)[0], shared(x)[0], rtol=0, atol=0)
+
+
 def test_the_default_is_one_and_leaves_every_head_the_same():
+    assert MemoryConfig().timescale_lr_ratio is None
     assert MemoryConfig().timescale_ratio == 1.0
     assert MemoryConfig().head_scales(8) == [1.0] * 8
 
 
+@pytest.mark.parametrize("lr_ratio", [None, 4.0])
 @pytest.mark.parametrize("steps", [1, 7, 63, 100])
 @pytest.mark.parametrize("chunk", [1, 4, 16])
-def test_chunked_form_equals_the_reference_with_timescales(steps, chunk):
+def test_chunked_form_equals_the_reference_with_timescales(steps, chunk, lr_ratio):
     """Outputs, final state and gradients of every input and parameter, in float64."""
-    memory = layer(32.0, omega_window=2)
+    memory = layer(32.0, omega_window=2, timescale_lr_ratio=lr_ratio)
     memory.config.chunk_size = chunk
     x = torch.randn(2, steps, 16, dtype=torch.float64, requires_grad=True)
     results = []
@@ -113,12 +136,32 @@ def test_the_ratio_round_trips_through_a_saved_model(tmp_path):
         torch.testing.assert_close(loaded(ids)[0], model(ids)[0], rtol=0, atol=0)
 
 
+def test_the_lr_ratio_round_trips_and_a_format_7_file_loads_without_it(tmp_path):
+    torch.manual_seed(0)
+    model = ta.create_model("lmm", **TINY, timescale_ratio=64.0, timescale_lr_ratio=8.0)
+    model.save_pretrained(str(tmp_path))
+    loaded = ta.load_model(str(tmp_path))
+    assert loaded.config.memory.timescale_lr_ratio == 8.0
+    ids = torch.randint(0, 50, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids)[0], model(ids)[0], rtol=0, atol=0)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    del meta["config"]["memory"]["timescale_lr_ratio"]  # format 7: theta shared alpha's spread
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
+    assert ta.load_model(str(tmp_path)).config.memory.timescale_lr_ratio is None
+    meta["config"]["memory"]["timescale_lr_ratio"] = 8.0  # format 7 cannot name a later field
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
+    with pytest.raises(ta.CheckpointError, match="timescale_lr_ratio"):
+        ta.load_model(str(tmp_path))
+
+
 def test_a_format_6_file_loads_with_every_head_the_same(tmp_path):
     model = tiny(1.0)
     model.save_pretrained(str(tmp_path))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 7 and meta["config"]["memory"]["timescale_ratio"] == 1.0
+    assert meta["version"] == 8 and meta["config"]["memory"]["timescale_ratio"] == 1.0
     del meta["config"]["memory"]["timescale_ratio"]
+    del meta["config"]["memory"]["timescale_lr_ratio"]  # format 8
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 6}))
     assert ta.load_model(str(tmp_path)).config.memory.timescale_ratio == 1.0
     meta["config"]["memory"]["timescale_ratio"] = 4.0  # format 6 cannot name a later field
@@ -133,3 +176,16 @@ def test_a_bad_ratio_names_the_field(bad):
         MemoryConfig(timescale_ratio=bad)
     with pytest.raises(ValueError, match="timescale_ratio"):
         ta.create_model("lmm", **TINY, timescale_ratio=bad)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, 128.0, float("nan"), float("inf"), True, "8"])
+def test_a_bad_lr_ratio_names_the_field(bad):
+    with pytest.raises(ValueError, match="timescale_lr_ratio"):
+        MemoryConfig(timescale_ratio=64.0, timescale_lr_ratio=bad)
+    with pytest.raises(ValueError, match="timescale_lr_ratio"):
+        ta.create_model("lmm", **TINY, timescale_ratio=64.0, timescale_lr_ratio=bad)
+
+
+def test_an_lr_ratio_without_timescales_is_refused():
+    with pytest.raises(ValueError, match="timescale_lr_ratio must be at most timescale_ratio"):
+        MemoryConfig(timescale_lr_ratio=8.0)

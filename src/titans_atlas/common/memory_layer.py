@@ -43,13 +43,15 @@ class MemoryLayerRules:
         """``raw [B, T, H, G]`` in (0, 1) -> theta in (0, lr_max), eta in (0, momentum_max),
         alpha in (decay_min, 1), each ``[B, T, H]``, and gamma ``[B, T, H, c]`` in (0, 1)
         (None without an Omega window): the bounded gates of docs/architectures.md, theta
-        and alpha then scaled per head where ``config.timescale_ratio`` is not 1."""
+        and alpha then scaled per head where ``config.timescale_ratio`` is not 1 (theta by its
+        own ``timescale_lr_ratio`` where that is set)."""
         config = self.config
         lr, momentum = raw[..., 0] * config.lr_max, raw[..., 1] * config.momentum_max
         decay = config.decay_min + (1 - config.decay_min) * raw[..., 2]
         if config.timescale_ratio != 1:  # per-head timescales: [H], from 1 down to 1/ratio
-            scale = self.array_like(config.head_scales(lr.shape[-1]), lr)
-            lr, decay = lr * scale, decay * scale
+            heads = lr.shape[-1]
+            lr = lr * self.array_like(config.lr_head_scales(heads), lr)
+            decay = decay * self.array_like(config.head_scales(heads), lr)
         omega = raw[..., 3:] if config.omega_window > 1 else None
         return lr, momentum, decay, omega
 

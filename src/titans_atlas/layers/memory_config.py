@@ -40,6 +40,8 @@ UNBOUNDED_GATES = {
 LATER_FIELDS = {"omega_gate_source": "step"}
 # Fields added in checkpoint format 7, with the value that gives the layer saved before them.
 FORMAT_7_FIELDS = {"timescale_ratio": 1.0}
+# Fields added in checkpoint format 8 (None: theta shares alpha's timescales, as in format 7).
+FORMAT_8_FIELDS = {"timescale_lr_ratio": None}
 # Fields that only choose how ``init_weights`` draws the parameters: a saved layer's weights
 # already carry their effect, so a config saved without them loads with the default.
 INIT_ONLY_FIELDS = ("qk_init",)
@@ -47,8 +49,8 @@ INIT_ONLY_FIELDS = ("qk_init",)
 
 def upgrade_saved_memory(memory: dict) -> dict:
     """A complete MemoryConfig dict saved before some fields existed -- every field present
-    but ``UNBOUNDED_GATES`` (all or none of them), ``LATER_FIELDS`` and ``FORMAT_7_FIELDS``
-    -- with the values
+    but ``UNBOUNDED_GATES`` (all or none of them), ``LATER_FIELDS``, ``FORMAT_7_FIELDS`` and
+    ``FORMAT_8_FIELDS`` -- with the values
     that reproduce the layer it was saved from (for saved configs without a format version,
     e.g. Hugging Face folders); any other dict unchanged (a partial dict takes today's
     defaults)."""
@@ -57,13 +59,14 @@ def upgrade_saved_memory(memory: dict) -> dict:
         - set(UNBOUNDED_GATES)
         - set(LATER_FIELDS)
         - set(FORMAT_7_FIELDS)
+        - set(FORMAT_8_FIELDS)
         - set(INIT_ONLY_FIELDS)
     )
     if not others <= set(memory):
         return memory
     if not set(UNBOUNDED_GATES) & set(memory):
         memory = {**memory, **UNBOUNDED_GATES}
-    return {**LATER_FIELDS, **FORMAT_7_FIELDS, **memory}
+    return {**LATER_FIELDS, **FORMAT_7_FIELDS, **FORMAT_8_FIELDS, **memory}
 
 
 @dataclass
@@ -101,6 +104,13 @@ class MemoryConfig:
     bytes); the slow heads hold what the text said thousands of tokens back
     (docs/results.md, "Language modelling past the window"). theta and alpha share the
     scale, so the stability bound above holds unchanged.
+    ``timescale_lr_ratio`` (None: ``timescale_ratio``) spreads theta on its own, between 1
+    and ``timescale_ratio``: head h's theta is scaled by ``timescale_lr_ratio ** (-h / (H -
+    1))`` while alpha keeps the full spread, so a slow head forgets 1024x slower but writes,
+    e.g., only 32x slower (``timescale_lr_ratio=32``): on books that made the carried memory
+    worth more in every seed tried (docs/results.md). The weight bound of docs/memory.md,
+    section 9, loosens by at most ``timescale_ratio / timescale_lr_ratio`` on the slowest head
+    (theta_max s / alpha_min s' with s' <= s); the per-chunk step does not change.
     ``momentum_max=0`` removes the momentum (eta = 0; then ``init_momentum`` must be 0): the
     delta rule family, e.g. the registered ``gdn`` model.
     """
@@ -130,6 +140,7 @@ class MemoryConfig:
     init_omega: float | None = None  # None: 1 / omega_window, so the window's gates sum to ~1
     omega_gate_source: str = "step"  # "step" | "tap": the token gamma_{t,j} is computed from
     timescale_ratio: float = 1.0  # slowest head's theta and alpha / the first head's (1: off)
+    timescale_lr_ratio: float | None = None  # theta's own spread, 1..timescale_ratio (None: same)
     conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
     qk_init: str = "shifted"  # "shifted" | "matched" | "independent": see QK_INITS
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
@@ -181,12 +192,26 @@ class MemoryConfig:
             check_number("init_momentum", self.init_momentum, 0.0, self.momentum_max)
         check_number("init_decay", self.init_decay, self.decay_min, 1.0)
         check_number("timescale_ratio", self.timescale_ratio, 1.0, open_low=False)
+        if self.timescale_lr_ratio is not None:
+            check_number("timescale_lr_ratio", self.timescale_lr_ratio, 1.0, open_low=False)
+            if self.timescale_lr_ratio > self.timescale_ratio:
+                raise ValueError(
+                    f"timescale_lr_ratio must be at most timescale_ratio "
+                    f"({self.timescale_ratio}), got {self.timescale_lr_ratio}"
+                )
 
     def head_scales(self, num_heads: int) -> list[float]:
-        """Head h's factor on theta and alpha: ``timescale_ratio ** (-h / (H - 1))``, from 1
-        down to ``1 / timescale_ratio`` (all 1 when the ratio is 1 or there is one head)."""
-        steps = max(num_heads - 1, 1)
-        return [self.timescale_ratio ** (-h / steps) for h in range(num_heads)]
+        """Head h's factor on alpha (and on theta unless ``timescale_lr_ratio`` is set):
+        ``timescale_ratio ** (-h / (H - 1))``, from 1 down to ``1 / timescale_ratio`` (all 1
+        when the ratio is 1 or there is one head)."""
+        return _log_spaced(self.timescale_ratio, num_heads)
+
+    def lr_head_scales(self, num_heads: int) -> list[float]:
+        """Head h's factor on theta: ``timescale_lr_ratio ** (-h / (H - 1))``, or
+        ``head_scales`` when ``timescale_lr_ratio`` is None."""
+        if self.timescale_lr_ratio is None:
+            return self.head_scales(num_heads)
+        return _log_spaced(self.timescale_lr_ratio, num_heads)
 
     def gate_biases(self) -> list[float]:
         """Logits of the untrained theta, eta, alpha (and Omega gates) under the bounded
@@ -209,3 +234,9 @@ class MemoryConfig:
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
+
+
+def _log_spaced(ratio: float, num_heads: int) -> list[float]:
+    """``ratio ** (-h / (H - 1))`` for h = 0 .. H - 1: 1 down to 1 / ratio."""
+    steps = max(num_heads - 1, 1)
+    return [ratio ** (-h / steps) for h in range(num_heads)]

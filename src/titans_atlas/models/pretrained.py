@@ -6,9 +6,10 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 7 (written now) holds the architecture only, the memory's stability fields,
-``omega_gate_source``, ``timescale_ratio``, the MAC options (``mac_memory_input``,
-``mac_context_norm``) and the MAG option (``mag_gate``) included. 6 predates
+Format versions: 8 (written now) holds the architecture only, the memory's stability fields,
+``omega_gate_source``, ``timescale_ratio``, ``timescale_lr_ratio``, the MAC options
+(``mac_memory_input``, ``mac_context_norm``) and the MAG option (``mag_gate``) included. 7 predates
+``timescale_lr_ratio``: read as None (theta shares alpha's timescales). 6 predates
 ``timescale_ratio``: read as 1 (every head the same bounds). 5 predates the MAG option: read as
 the papers' MAG ("memory"). 4 predates the MAC options: read as the papers' MAC ("attention",
 no norm). 3 predates ``omega_gate_source``: its Omega gates were all taken from the step's
@@ -35,6 +36,7 @@ from torch import nn
 
 from ..layers.memory_config import (
     FORMAT_7_FIELDS,
+    FORMAT_8_FIELDS,
     INIT_ONLY_FIELDS,
     LATER_FIELDS,
     UNBOUNDED_GATES,
@@ -45,8 +47,8 @@ from .registry import MODELS, build_model
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+FORMAT_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -202,6 +204,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v5(config, path)
     if version in (1, 2, 3, 4, 5, 6):
         config = _upgrade_v6(config, path)
+    if version in (1, 2, 3, 4, 5, 6, 7):
+        config = _upgrade_v7(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -266,6 +270,14 @@ def _upgrade_v6(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: formats 1-6 have no config.memory field(s) {present}")
     return {**config, "memory": {**config["memory"], **FORMAT_7_FIELDS}}
+
+
+def _upgrade_v7(config: dict, path: Path) -> dict:
+    """Format 7 -> 8: ``timescale_lr_ratio`` did not exist; theta shared alpha's timescales."""
+    present = sorted(set(FORMAT_8_FIELDS) & set(config["memory"]))
+    if present:
+        raise CheckpointError(f"{path}: formats 1-7 have no config.memory field(s) {present}")
+    return {**config, "memory": {**config["memory"], **FORMAT_8_FIELDS}}
 
 
 def _upgrade_v3(config: dict, path: Path) -> dict:
