@@ -102,15 +102,14 @@ class MemoryConfig:
     writes and forgets ``timescale_ratio`` times slower (``head_scales``). Trained, every head
     otherwise picks a fast decay (0.01-0.4 per token on books: a horizon of a few to a hundred
     bytes); the slow heads hold what the text said thousands of tokens back
-    (docs/results.md, "Language modelling past the window"). theta and alpha share the
-    scale, so the stability bound above holds unchanged.
+    (docs/results.md, "Language modelling past the window"). By default theta and alpha share
+    the scale, so the stability bound above holds unchanged.
     ``timescale_lr_ratio`` (None: ``timescale_ratio``) spreads theta on its own, between 1
     and ``timescale_ratio``: head h's theta is scaled by ``timescale_lr_ratio ** (-h / (H -
-    1))`` while alpha keeps the full spread, so a slow head forgets 1024x slower but writes,
-    e.g., only 32x slower (``timescale_lr_ratio=32``): on books that made the carried memory
-    worth more in every seed tried (docs/results.md). The weight bound of docs/memory.md,
-    section 9, loosens by at most ``timescale_ratio / timescale_lr_ratio`` on the slowest head
-    (theta_max s / alpha_min s' with s' <= s); the per-chunk step does not change.
+    1))`` while alpha keeps the full spread, so with 1024 and 32 the slowest head forgets
+    1024x and writes 32x slower than head 0. The per-chunk step can only shrink; the weight
+    bound of docs/memory.md, section 9 (proportional to theta_max / alpha_min), loosens on
+    head h by the ratio of its two factors, at most ``timescale_ratio / timescale_lr_ratio``.
     ``momentum_max=0`` removes the momentum (eta = 0; then ``init_momentum`` must be 0): the
     delta rule family, e.g. the registered ``gdn`` model.
     """
