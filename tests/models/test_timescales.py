@@ -126,25 +126,25 @@ def test_streaming_any_split_equals_one_call(lengths):
     torch.testing.assert_close(streamed, whole, rtol=0, atol=1e-4)
 
 
-def test_the_ratio_round_trips_through_a_saved_model(tmp_path):
-    model = tiny(64.0, "mag")
-    model.save_pretrained(str(tmp_path))
-    loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.memory.timescale_ratio == 64.0
+def saved_and_loaded(model: ta.LanguageModel, directory) -> ta.LanguageModel:
+    """``model`` through save_pretrained / load_model, checked to give the same logits."""
+    model.save_pretrained(str(directory))
+    loaded = ta.load_model(str(directory))
     ids = torch.randint(0, 50, (1, 12))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids)[0], model(ids)[0], rtol=0, atol=0)
+    return loaded
+
+
+def test_the_ratio_round_trips_through_a_saved_model(tmp_path):
+    loaded = saved_and_loaded(tiny(64.0, "mag"), tmp_path)
+    assert loaded.config.memory.timescale_ratio == 64.0
 
 
 def test_the_lr_ratio_round_trips_and_a_format_7_file_loads_without_it(tmp_path):
     torch.manual_seed(0)
     model = ta.create_model("lmm", **TINY, timescale_ratio=64.0, timescale_lr_ratio=8.0)
-    model.save_pretrained(str(tmp_path))
-    loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.memory.timescale_lr_ratio == 8.0
-    ids = torch.randint(0, 50, (1, 12))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids)[0], model(ids)[0], rtol=0, atol=0)
+    assert saved_and_loaded(model, tmp_path).config.memory.timescale_lr_ratio == 8.0
     meta = json.loads((tmp_path / "config.json").read_text())
     del meta["config"]["memory"]["timescale_lr_ratio"]  # format 7: theta shared alpha's spread
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
