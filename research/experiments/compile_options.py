@@ -26,7 +26,8 @@ import titans_atlas as ta
 
 
 def training_step(options: dict | None):
-    """One zero-argument training step; ``options`` None = eager, {} = inductor's defaults."""
+    """One zero-argument training step and the model it trains; ``options`` None = eager,
+    {} = inductor's defaults."""
     torch.manual_seed(0)
     size = {"vocab_size": 256, "dim": 256, "depth": 2, "num_heads": 4}
     model = ta.create_model("mac", **size, window=128, chunk_size=64)
@@ -41,7 +42,7 @@ def training_step(options: dict | None):
         F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()).backward()
         model.zero_grad(set_to_none=True)
 
-    return step
+    return step, model
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -65,7 +66,7 @@ def main() -> None:
     steps = {}
     for label, opts in [("eager", None), ("default", {}), ("options", options)]:
         start = time.perf_counter()
-        steps[label] = training_step(opts)
+        steps[label], _ = training_step(opts)
         steps[label]()
         print(f"{label}: first call {time.perf_counter() - start:.1f} s", flush=True)
     rounds = []
