@@ -1,0 +1,64 @@
+"""The eager training step at one thread against N, alternating in one process (issue 36,
+"Use the cores": at two threads the eager step should be at least 1.5x its one-thread speed).
+
+Each round times the benchmark model's training step (``models.train_step``: forward,
+backward, value checks off, as ``titans train`` runs it) once at one thread and once at
+``--threads``, each on its second call in a row, so both counts meet the same load. The
+medians over ``--rounds`` are printed per model. Eager only: inductor fixes a kernel's
+OpenMP team when it compiles, so a compiled step cannot change its count in one process
+(``decode_threads.py --compiled`` runs separate processes for that).
+
+    python benchmarks/train_threads.py --models mac lmm --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from models import parse_args, train_step
+
+
+def timed(step, threads: int) -> float:
+    torch.set_num_threads(threads)
+    step()  # the count's first call after a switch is not timed
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+def measure(name: str, threads: int, rounds: int, train_tokens: int) -> dict:
+    args = parse_args(["--models", name, "--train-tokens", str(train_tokens)])
+    step = train_step(name, args, compiled=False)
+    times: dict[int, list[float]] = {1: [], threads: []}
+    for _ in range(rounds):
+        for count in (1, threads):
+            times[count].append(timed(step, count))
+    one, many = statistics.median(times[1]), statistics.median(times[threads])
+    return {"ms_1": 1e3 * one, "ms_n": 1e3 * many, "speed_up": one / many}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mac", "lmm"])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--train-tokens", type=int, default=1024)
+    args = parser.parse_args(argv)
+    if args.threads < 2:
+        parser.error(f"--threads must be at least 2 (compared with one thread), got {args.threads}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    n = args.threads
+    print(f"| model | ms/step, 1 thread | ms/step, {n} threads | {n} threads' speed-up |")
+    print("|---|---|---|---|")
+    for name in args.models:
+        row = measure(name, n, args.rounds, args.train_tokens)
+        print(f"| {name} | {row['ms_1']:.0f} | {row['ms_n']:.0f} | {row['speed_up']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
