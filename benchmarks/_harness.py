@@ -76,6 +76,14 @@ def set_threads(n: int) -> None:
         torch.set_num_interop_threads(n)
 
 
+def threads_to_compare(parser: Any, threads: int) -> int:
+    """``threads`` for a benchmark that compares it with one thread; a count below 2 is a
+    usage error naming ``--threads`` (``parser`` is the script's ``argparse`` parser)."""
+    if threads < 2:
+        parser.error(f"--threads must be at least 2 (compared with one thread), got {threads}")
+    return threads
+
+
 def machine_busy_cpu_s() -> float:
     """Non-idle CPU seconds (incl. steal) of the whole machine since boot, from /proc/stat."""
     with open("/proc/stat") as f:

@@ -109,9 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         batch, threads, tokens, rounds = map(int, numbers)
         print(json.dumps(compiled_rounds(name, batch, threads, tokens, rounds)))
         return
-    if args.threads < 2:
-        parser.error(f"--threads must be at least 2 (compared with one thread), got {args.threads}")
-    n = args.threads
+    n = _harness.threads_to_compare(parser, args.threads)
     print(f"| model | batch | ms/token, 1 thread | ms/token, {n} threads | 1 thread's speed-up |")
     print("|---|---|---|---|---|")
     for name in args.models:

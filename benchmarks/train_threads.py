@@ -19,6 +19,7 @@ import time
 
 import torch
 
+import _harness
 from models import parse_args, train_step
 
 
@@ -48,11 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--train-tokens", type=int, default=1024)
     args = parser.parse_args(argv)
-    if args.threads < 2:
-        parser.error(f"--threads must be at least 2 (compared with one thread), got {args.threads}")
+    n = _harness.threads_to_compare(parser, args.threads)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    n = args.threads
     print(f"| model | ms/step, 1 thread | ms/step, {n} threads | {n} threads' speed-up |")
     print("|---|---|---|---|")
     for name in args.models:
