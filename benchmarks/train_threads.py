@@ -9,26 +9,42 @@ OpenMP team when it compiles, so a compiled step cannot change its count in one 
 (``decode_threads.py --compiled`` runs separate processes for that).
 
     python benchmarks/train_threads.py --models mac lmm --rounds 5
+    python benchmarks/train_threads.py --models mac --rounds 1 --profile 25
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 import _harness
-from models import parse_args, train_step
+from models import _warm_timed, parse_args, train_step
 
 
 def timed(step, threads: int) -> float:
+    """Seconds of ``step`` at ``threads`` (the first call after a switch is not timed)."""
     torch.set_num_threads(threads)
-    step()  # the count's first call after a switch is not timed
-    start = time.perf_counter()
-    step()
-    return time.perf_counter() - start
+    return _warm_timed(step)
+
+
+def profile(step, threads: int, top: int) -> None:
+    """Self CPU ms per step of the ``top`` ops at one thread, beside ``threads``: which ops
+    the second thread speeds up (docs/benchmarks.md)."""
+    per_op = {}
+    for count in (1, threads):
+        torch.set_num_threads(count)
+        step()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step()
+        per_op[count] = {e.key: (e.self_cpu_time_total / 1e3, e.count) for e in prof.key_averages()}
+    print(f"| op | calls | ms, 1 thread | ms, {threads} threads | speed-up |")
+    print("|---|---|---|---|---|")
+    for key in sorted(per_op[1], key=lambda k: -per_op[1][k][0])[:top]:
+        (one, calls), many = per_op[1][key], per_op[threads].get(key, (0.0, 0))[0]
+        ratio = f"{one / many:.2f}x" if many else "--"
+        print(f"| `{key}` | {calls} | {one:.1f} | {many:.1f} | {ratio} |")
 
 
 def measure(name: str, threads: int, rounds: int, train_tokens: int) -> dict:
@@ -48,6 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--train-tokens", type=int, default=1024)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="TOP",
+        help="also print the TOP ops' self CPU time at 1 and N threads",
+    )
     args = parser.parse_args(argv)
     n = _harness.threads_to_compare(parser, args.threads)
     if args.rounds < 1:
@@ -57,6 +80,14 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models:
         row = measure(name, n, args.rounds, args.train_tokens)
         print(f"| {name} | {row['ms_1']:.0f} | {row['ms_n']:.0f} | {row['speed_up']:.2f}x |")
+    for name in args.models if args.profile > 0 else []:
+        print(f"\n{name}:")
+        step = train_step(
+            name,
+            parse_args(["--models", name, "--train-tokens", str(args.train_tokens)]),
+            compiled=False,
+        )
+        profile(step, n, args.profile)
 
 
 if __name__ == "__main__":

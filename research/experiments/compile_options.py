@@ -8,8 +8,7 @@ load hits all three alike. Prints each compile's first-call time and the median 
 
     python research/experiments/compile_options.py --threads 1 --option cpp_wrapper=true
 
-Public API only: ``create_model`` and ``torch.nn.Module.compile`` on each block, as
-``LanguageModel.compile_blocks`` does.
+Public API only: ``create_model`` and ``LanguageModel.compile_blocks(options=...)``.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def training_step(options: dict | None):
     model = ta.create_model("mac", **size, window=128, chunk_size=64)
     model = model.train().set_runtime(validate=False)
     if options is not None:
-        for block in model.blocks:
-            block.compile(options=options)
+        model.compile_blocks(options=options)
     ids = torch.randint(0, 256, (1, 1025), generator=torch.Generator().manual_seed(1))
 
     def step() -> None:
