@@ -59,6 +59,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--option", action="append", default=[], help="inductor KEY=VALUE")
     args = p.parse_args()
+    for name in ("threads", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
     options = dict(parse_option(o) for o in args.option)
     steps = {}
