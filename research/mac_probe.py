@@ -4,10 +4,11 @@ silenced (docs/results.md, "MAC reads its memory").
     python research/mac_probe.py RUN_DIR [RUN_DIR ...]
 
 MAC reads its memory twice per block: the retrieved tokens h (eq. 21), attended beside the
-segment, and the per-token read m (eq. 25), which gates the attention output. Each is
-silenced with a forward hook (torch's public ``register_forward_hook``) on the module that
-produces it: m by returning zeros from the block's ``memory`` (the gate then passes a constant
-0.5), h by returning zeros from ``context_norm`` (models trained with
+segment, and the per-token read m (eq. 25), which gates the attention output (or, with
+``mac_gate="attention"``, is what the attention output gates). Each is silenced with a forward
+hook (torch's public ``register_forward_hook``) on the module that produces it: m by returning
+zeros from the block's ``memory`` (the papers' gate then passes half of y, the swapped gate
+nothing), h by returning zeros from ``context_norm`` (models trained with
 ``mac_context_norm=True``; zero keys and values, so the retrieved tokens carry nothing).
 Recall is measured 8 windows back at the training length, 200 queries.
 """

@@ -19,7 +19,7 @@ from titans_atlas.layers.memory_config import (
     LATER_FIELDS,
     UNBOUNDED_GATES,
 )
-from titans_atlas.models.config import MAC_FIELDS, MAG_FIELDS
+from titans_atlas.models.config import MAC_FIELDS, MAC_GATE_FIELDS, MAG_FIELDS
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 2, "window": 4, "chunk_size": 3}
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -173,6 +173,9 @@ def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> No
     for key in drop:
         memory.pop(key)
     memory.update(add or {})
+    if version <= 8:  # formats 1-8 had no MAC gate option
+        for key in MAC_GATE_FIELDS:
+            meta["config"].pop(key, None)
     if version <= 7:  # formats 1-7 had no separate theta timescales
         for key in FORMAT_8_FIELDS:
             memory.pop(key, None)
@@ -223,14 +226,14 @@ def test_format_1_checkpoints_keep_loading(tmp_path, name, muon, rule):
     assert torch.equal(logits_of(loaded, tokens()), logits_of(model, tokens()))
 
 
-def test_format_8_is_written_with_every_memory_field_and_without_runtime_choices(saved):
+def test_format_9_is_written_with_every_memory_field_and_without_runtime_choices(saved):
     meta = json.loads((saved / "config.json").read_text())
-    assert meta["version"] == 8
+    assert meta["version"] == 9
     assert {"muon", "impl", "checkpoint"}.isdisjoint(meta["config"]["memory"])
     assert {*UNBOUNDED_GATES, *LATER_FIELDS, *FORMAT_7_FIELDS, *FORMAT_8_FIELDS, "qk_init"} <= set(
         meta["config"]["memory"]
     )
-    assert {*MAC_FIELDS, *MAG_FIELDS} <= set(meta["config"])
+    assert {*MAC_FIELDS, *MAG_FIELDS, *MAC_GATE_FIELDS} <= set(meta["config"])
 
 
 def test_format_3_checkpoints_load_with_the_omega_gates_they_had(tmp_path):

@@ -70,10 +70,12 @@ def test_untied_head_and_no_persistent_tokens_load(tmp_path):
     assert_close(tam.load_model(tmp_path)(to_mx(ids))[0], expected, RTOL_F32, "logits")
 
 
-def test_mag_attention_gate_matches_torch(tmp_path):
-    """MAG's ``mag_gate="attention"``: the gain set away from its zero start so both branches
-    reach the logits, and a fresh MLX model starts with the same zero gain."""
-    model = torch_model("mag", mag_gate="attention")
+@pytest.mark.parametrize("name, option", [("mag", "mag_gate"), ("mac", "mac_gate")])
+def test_attention_gate_matches_torch(tmp_path, name, option):
+    """MAG's ``mag_gate="attention"`` and MAC's ``mac_gate="attention"``: the gain set away
+    from its zero start so both branches reach the logits, and a fresh MLX model starts with
+    the same zero gain."""
+    model = torch_model(name, **{option: "attention"})
     with torch.no_grad():
         for block in model.blocks:
             block.gate.norm_y.weight.uniform_(-1.0, 1.0)
@@ -82,7 +84,7 @@ def test_mag_attention_gate_matches_torch(tmp_path):
     with torch.no_grad():
         expected, _ = model(ids)
     assert_close(tam.load_model(tmp_path)(to_mx(ids))[0], expected, RTOL_F32, "logits")
-    fresh = tam.create_model("mag", **TINY, mag_gate="attention")
+    fresh = tam.create_model(name, **TINY, **{option: "attention"})
     assert all(float(mx.abs(b.gate.norm_y.weight).max()) == 0.0 for b in fresh.blocks)
 
 

@@ -339,10 +339,10 @@ CASES = [
         ["missing", "chunk_size"],
     ),
     (
-        "config-version-9",
-        lambda e: ta.load_model(config_edit(e, lambda m: m.update(version=9))),
+        "config-version-10",
+        lambda e: ta.load_model(config_edit(e, lambda m: m.update(version=10))),
         CheckpointError,
-        ["version", "9"],
+        ["version", "10"],
     ),
     (
         "config-v1-bad-muon",

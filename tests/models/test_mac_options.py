@@ -1,6 +1,7 @@
 """MAC's options (docs/architectures.md, "MAC options"): what the memory writes and reads
-after attention, and the retrieved tokens' norm. The papers' form stays the field default;
-both forms stream, stay causal, and load from files saved before the options existed."""
+after attention, the retrieved tokens' norm, and which branch gates. The papers' form stays
+the field default; every form streams, stays causal, and loads from files saved before the
+options existed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ import titans_atlas as ta
 
 TINY = dict(vocab_size=32, dim=32, depth=2, num_heads=2, window=8)
 OPTIONS = dict(mac_memory_input="input", mac_context_norm=True)
+GATED = dict(OPTIONS, mac_gate="attention")  # the three options MQAR needs
+FORMS = pytest.mark.parametrize(
+    "options", [{}, OPTIONS, GATED, dict(mac_gate="attention")],
+    ids=["papers", "options", "options-and-gate", "gate"],
+)  # fmt: skip
 
 
 def mac(seed: int = 0, **options) -> ta.LanguageModel:
@@ -20,7 +26,7 @@ def mac(seed: int = 0, **options) -> ta.LanguageModel:
     return ta.create_model("mac", **TINY, **options).eval()
 
 
-@pytest.mark.parametrize("options", [{}, OPTIONS], ids=["papers", "options"])
+@FORMS
 def test_any_split_of_a_stream_gives_the_whole_call(options):
     model, ids = mac(**options), torch.randint(0, 32, (2, 37))
     whole, _ = model(ids)
@@ -31,7 +37,7 @@ def test_any_split_of_a_stream_gives_the_whole_call(options):
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole)
 
 
-@pytest.mark.parametrize("options", [{}, OPTIONS], ids=["papers", "options"])
+@FORMS
 def test_a_later_token_changes_no_earlier_output(options):
     model, ids = mac(**options), torch.randint(0, 32, (1, 30))
     changed = ids.clone()
@@ -47,7 +53,65 @@ def test_the_options_change_the_function_and_only_the_norm_adds_parameters():
     assert extra and all("context_norm" in name for name in extra)
 
 
+def test_the_gate_option_changes_the_function_and_adds_no_parameter():
+    papers, gated = mac(), mac(mac_gate="attention")
+    with torch.no_grad():  # the gating gain starts at zero (a uniform 0.5): move it
+        for block in gated.blocks:
+            block.gate.norm_y.weight.uniform_(-1.0, 1.0)
+    ids = torch.randint(0, 32, (1, 20))
+    assert not torch.allclose(papers(ids)[0], gated(ids)[0])
+    assert {n for n, _ in gated.named_parameters()} == {n for n, _ in papers.named_parameters()}
+    # every block's gate is swapped (the memory's read passes, y gates it), none in the papers'
+    assert all(block.gate.attention_gates for block in gated.blocks)
+    assert not any(block.gate.attention_gates for block in papers.blocks)
+
+
+def test_the_gated_form_sends_gradient_into_the_memory_from_its_first_step():
+    model = mac(**GATED).train()
+    ids = torch.randint(0, 32, (1, 16))
+    model(ids)[0].square().sum().backward()
+    memory = model.blocks[0].memory
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in memory.parameters())
+
+
+def test_mag_is_unchanged_by_the_mac_gate():
+    torch.manual_seed(0)
+    a = ta.create_model("mag", **TINY).eval()
+    torch.manual_seed(0)
+    b = ta.create_model("mag", **TINY, mac_gate="attention").eval()
+    ids = torch.randint(0, 32, (1, 20))
+    torch.testing.assert_close(a(ids)[0], b(ids)[0])
+
+
+def test_a_format_8_file_loads_with_the_papers_gate(tmp_path):
+    model = mac(**OPTIONS)
+    model.save_pretrained(str(tmp_path))
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["version"] == 9 and meta["config"]["mac_gate"] == "memory"
+    del meta["config"]["mac_gate"]
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 8}))
+    loaded = ta.load_model(str(tmp_path))
+    assert loaded.config.mac_gate == "memory"
+    ids = torch.randint(0, 32, (1, 12))
+    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
+    meta["config"]["mac_gate"] = "attention"  # format 8 cannot name a later field
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 8}))
+    with pytest.raises(ta.CheckpointError, match="mac_gate"):
+        ta.load_model(str(tmp_path))
+
+
+def test_the_gate_option_round_trips_through_a_saved_model(tmp_path):
+    model = mac(**GATED)
+    model.save_pretrained(str(tmp_path))
+    loaded = ta.load_model(str(tmp_path))
+    assert loaded.config.mac_gate == "attention"
+    ids = torch.randint(0, 32, (1, 12))
+    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
+
+
 def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="mac_gate"):
+        ta.create_model("mac", **TINY, mac_gate="both")
     with pytest.raises(ValueError, match="mac_memory_input"):
         ta.create_model("mac", **TINY, mac_memory_input="output")
     with pytest.raises(ValueError, match="mac_context_norm"):
@@ -58,11 +122,12 @@ def test_a_format_4_file_loads_as_the_papers_mac(tmp_path):
     model = mac()
     model.save_pretrained(str(tmp_path))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 8 and meta["config"]["mac_memory_input"] == "attention"
+    assert meta["version"] == 9 and meta["config"]["mac_memory_input"] == "attention"
     for name in ("mac_memory_input", "mac_context_norm", "mag_gate"):
         del meta["config"][name]
     del meta["config"]["memory"]["timescale_ratio"]  # added in format 7
     del meta["config"]["memory"]["timescale_lr_ratio"]  # added in format 8
+    del meta["config"]["mac_gate"]  # added in format 9
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 4}))
     loaded = ta.load_model(str(tmp_path))
     assert (loaded.config.mac_memory_input, loaded.config.mac_context_norm) == ("attention", False)

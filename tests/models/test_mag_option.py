@@ -82,10 +82,11 @@ def test_a_format_5_file_loads_as_the_papers_mag(tmp_path):
     model = mag()
     model.save_pretrained(str(tmp_path))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 8 and meta["config"]["mag_gate"] == "memory"
+    assert meta["version"] == 9 and meta["config"]["mag_gate"] == "memory"
     del meta["config"]["mag_gate"]
     del meta["config"]["memory"]["timescale_ratio"]  # added in format 7
     del meta["config"]["memory"]["timescale_lr_ratio"]  # added in format 8
+    del meta["config"]["mac_gate"]  # added in format 9
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 5}))
     loaded = ta.load_model(str(tmp_path))
     assert loaded.config.mag_gate == "memory"

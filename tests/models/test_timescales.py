@@ -147,6 +147,7 @@ def test_the_lr_ratio_round_trips_and_a_format_7_file_loads_without_it(tmp_path)
     assert saved_and_loaded(model, tmp_path).config.memory.timescale_lr_ratio == 8.0
     meta = json.loads((tmp_path / "config.json").read_text())
     del meta["config"]["memory"]["timescale_lr_ratio"]  # format 7: theta shared alpha's spread
+    del meta["config"]["mac_gate"]  # format 9
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
     assert ta.load_model(str(tmp_path)).config.memory.timescale_lr_ratio is None
     meta["config"]["memory"]["timescale_lr_ratio"] = 8.0  # format 7 cannot name a later field
@@ -159,9 +160,10 @@ def test_a_format_6_file_loads_with_every_head_the_same(tmp_path):
     model = tiny(1.0)
     model.save_pretrained(str(tmp_path))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 8 and meta["config"]["memory"]["timescale_ratio"] == 1.0
+    assert meta["version"] == 9 and meta["config"]["memory"]["timescale_ratio"] == 1.0
     del meta["config"]["memory"]["timescale_ratio"]
     del meta["config"]["memory"]["timescale_lr_ratio"]  # format 8
+    del meta["config"]["mac_gate"]  # format 9
     (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 6}))
     assert ta.load_model(str(tmp_path)).config.memory.timescale_ratio == 1.0
     meta["config"]["memory"]["timescale_ratio"] = 4.0  # format 6 cannot name a later field

@@ -72,9 +72,10 @@ class ResidualAttentionFlow:
 class GateNorms:
     """The non-linear gate's two learnable normalisations (its sigmoid is array code).
 
-    ``attention_gates`` (MAG's ``mag_gate="attention"``) swaps the roles: the memory's read is
-    what passes, RMSNorm(m) * sigmoid(RMSNorm(y)), and the gating norm's gain starts at zero
-    (``ZERO_GAIN``), so the gate starts at a uniform 0.5 instead of per-token noise."""
+    ``attention_gates`` (MAG's ``mag_gate="attention"``, MAC's ``mac_gate="attention"``)
+    swaps the roles: the memory's read is what passes, RMSNorm(m) * sigmoid(RMSNorm(y)), and
+    the gating norm's gain starts at zero (``ZERO_GAIN``), so the gate starts at a uniform 0.5
+    instead of per-token noise."""
 
     def build(self, parts: BlockParts, config: Any, attention_gates: bool = False) -> None:
         self.norm_y = parts.norm(config)
@@ -168,7 +169,8 @@ class MACSegmentFlow:
     """One MAC segment (Titans eqs. 21-25), or the part of it in this call: retrieve from the
     segment's read-only memory M_{s-1} (optionally RMSNorm'ed), attend over [persistent ;
     retrieved ; segment], write the attention output (or, ``mac_memory_input="input"``, the
-    block's input) into the memory, gate."""
+    block's input) into the memory, gate (``mac_gate``: y gated by the memory's read, the
+    papers' eq. 25, or with "attention" the read gated by y)."""
 
     state_class: type
 
@@ -180,7 +182,7 @@ class MACSegmentFlow:
         self.memory_input = config.mac_memory_input
         self.context_norm = parts.norm(config) if config.mac_context_norm else None
         self.attn = parts.attn(config, VisibilityRule(segment=config.window))
-        self.gate = parts.gate(config)
+        self.gate = parts.gate(config, config.mac_gate == "attention")
         self.ffn = parts.feed_forward(config)
 
     def _segment_lengths(self, length: int, position: int) -> list[int]:

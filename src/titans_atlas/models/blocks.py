@@ -64,8 +64,9 @@ class ResidualAttention(ResidualAttentionFlow, Built):
 
 class NonLinearGate(GateNorms, Built):
     """o = RMSNorm(y) * sigmoid(RMSNorm(m)) with learnable normalisation weights (Titans
-    eq. 28); MAC's y (x) M*(y) (eq. 25) uses the same gate. With ``attention_gates`` (MAG's
-    ``mag_gate="attention"``): RMSNorm(m) * sigmoid(RMSNorm(y)), y's gain starting at zero."""
+    eq. 28); MAC's y (x) M*(y) (eq. 25) uses the same gate. With ``attention_gates``
+    (``mag_gate`` or ``mac_gate`` "attention"): RMSNorm(m) * sigmoid(RMSNorm(y)), y's gain
+    starting at zero."""
 
     def forward(self, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         if self.attention_gates:

@@ -21,10 +21,13 @@ MAX_VOCAB_SIZE = 2**24
 MAX_WINDOW = 2**20
 MAC_MEMORY_INPUTS = ("attention", "input")
 MAG_GATES = ("memory", "attention")
+MAC_GATES = MAG_GATES  # MAC's eq. 25 uses MAG's gate: the same two orientations
 # Fields added after checkpoint format 4, with the values every earlier file was built with.
 MAC_FIELDS = {"mac_memory_input": "attention", "mac_context_norm": False}
 # ... after format 5.
 MAG_FIELDS = {"mag_gate": "memory"}
+# ... after format 8.
+MAC_GATE_FIELDS = {"mac_gate": "memory"}
 # Fields that left the config, and where they went (named in the error for old code).
 MOVED_FIELDS = {
     "muon": 'update_rule ("momentum", "muon" or "muon_chunk")',
@@ -65,6 +68,11 @@ class ModelConfig:
     # before attention, so they enter it at the scale of the segment's normed tokens.
     mac_memory_input: str = "attention"
     mac_context_norm: bool = False
+    # MAC only: which branch gates the other in eq. 25, as MAG's ``mag_gate``. "memory" -- y
+    # (x) sigmoid(M*(y)), the papers' form -- or "attention" -- the memory's per-token read
+    # passes, gated by y. With "memory" the read can only rescale y's channels, so an answer
+    # drawn from 4,096 values (MQAR) cannot pass through it (docs/results.md, section 3).
+    mac_gate: str = "memory"
     # MAG only (docs/architectures.md, "MAG option"): which branch gates the other. "memory"
     # -- RMSNorm(y) * sigmoid(RMSNorm(m)), the papers' eq. 28 -- or "attention" --
     # RMSNorm(m) * sigmoid(RMSNorm(y)), the gate's gain starting at zero.
@@ -89,6 +97,7 @@ class ModelConfig:
         check_bool("tie_embeddings", self.tie_embeddings)
         check_choice("mac_memory_input", self.mac_memory_input, MAC_MEMORY_INPUTS)
         check_bool("mac_context_norm", self.mac_context_norm)
+        check_choice("mac_gate", self.mac_gate, MAC_GATES)
         check_choice("mag_gate", self.mag_gate, MAG_GATES)
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")

@@ -6,9 +6,10 @@ keeps its dtype (a bf16 model reloads as bf16). A checkpoint is refused, with a
 a key or holds a bad value, or a tensor is missing, unexpected, not floating point or not
 finite.
 
-Format versions: 8 (written now) holds the architecture only, the memory's stability fields,
+Format versions: 9 (written now) holds the architecture only, the memory's stability fields,
 ``omega_gate_source``, ``timescale_ratio``, ``timescale_lr_ratio``, the MAC options
-(``mac_memory_input``, ``mac_context_norm``) and the MAG option (``mag_gate``) included. 7 predates
+(``mac_memory_input``, ``mac_context_norm``, ``mac_gate``) and the MAG option (``mag_gate``)
+included. 8 predates ``mac_gate``: read as the papers' MAC gate ("memory"). 7 predates
 ``timescale_lr_ratio``: read as None (theta shares alpha's timescales). 6 predates
 ``timescale_ratio``: read as 1 (every head the same bounds). 5 predates the MAG option: read as
 the papers' MAG ("memory"). 4 predates the MAC options: read as the papers' MAC ("attention",
@@ -42,13 +43,13 @@ from ..layers.memory_config import (
     UNBOUNDED_GATES,
     MemoryConfig,
 )
-from .config import MAC_FIELDS, MAG_FIELDS, ModelConfig
+from .config import MAC_FIELDS, MAC_GATE_FIELDS, MAG_FIELDS, ModelConfig
 from .registry import MODELS, build_model
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 FORMAT = "titans-atlas"
-FORMAT_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+FORMAT_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 _V1_UPDATE_RULES = {False: "momentum", True: "muon", "token": "muon", "chunk": "muon_chunk"}
 
 
@@ -206,6 +207,8 @@ def read_config(path: Path) -> ModelConfig:
         config = _upgrade_v6(config, path)
     if version in (1, 2, 3, 4, 5, 6, 7):
         config = _upgrade_v7(config, path)
+    if version in (1, 2, 3, 4, 5, 6, 7, 8):
+        config = _upgrade_v8(config, path)
     name = config.get("name")
     if name not in MODELS:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
@@ -278,6 +281,15 @@ def _upgrade_v7(config: dict, path: Path) -> dict:
     if present:
         raise CheckpointError(f"{path}: formats 1-7 have no config.memory field(s) {present}")
     return {**config, "memory": {**config["memory"], **FORMAT_8_FIELDS}}
+
+
+def _upgrade_v8(config: dict, path: Path) -> dict:
+    """Format 8 -> 9: ``mac_gate`` did not exist; every MAC gated y by its memory's read (a
+    format-8 ``mag_gate`` never reached a MAC, so it is not read as one)."""
+    present = sorted(set(MAC_GATE_FIELDS) & set(config))
+    if present:
+        raise CheckpointError(f"{path}: formats 1-8 have no config field(s) {present}")
+    return {**MAC_GATE_FIELDS, **config}
 
 
 def _upgrade_v3(config: dict, path: Path) -> dict:

@@ -40,7 +40,7 @@ class ResidualAttention(ResidualAttentionFlow, Built):
 
 class NonLinearGate(GateNorms, Built):
     """o = RMSNorm(y) * sigmoid(RMSNorm(m)) (Titans eq. 28; MAC's eq. 25 uses it too); with
-    ``attention_gates`` (MAG's ``mag_gate="attention"``) RMSNorm(m) * sigmoid(RMSNorm(y)),
+    ``attention_gates`` (``mag_gate`` or ``mac_gate`` "attention") RMSNorm(m) * sigmoid(RMSNorm(y)),
     y's gain starting at zero."""
 
     def __init__(self, config: ModelConfig, *args: Any) -> None:
