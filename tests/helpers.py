@@ -1,14 +1,17 @@
-"""Shared test helpers: random memory inputs, running a scan, comparing results; a small
-bAbI story on disk."""
+"""Shared test helpers: random memory inputs, running a scan, comparing results; a saved
+model read back as an older format; a small bAbI story on disk."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from titans_atlas.models.pretrained import CheckpointError, load_model
 from titans_atlas.ops import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory, memory_scan
 from titans_atlas.ops.checks import CountSyncs  # noqa: F401  (the tests import it from here)
 
@@ -186,6 +189,29 @@ def streamed_logits(model, ids: torch.Tensor, lengths: list[int]):
             pieces.append(logits)
             start += length
     return torch.cat(pieces, 1), state
+
+
+def check_older_format(model, directory: Path, version: int, drop: list[str], field: str) -> None:
+    """Save ``model`` (in its default form for ``field``), rewrite the file as format
+    ``version`` wrote it -- without the config keys ``drop`` ("name" or "memory.name") -- and
+    check that it loads as the same function, and that naming ``field`` in that format (a
+    field it did not have) is refused with a CheckpointError naming it."""
+    model.save_pretrained(str(directory))
+    path = directory / "config.json"
+    meta = json.loads(path.read_text())
+    default = meta["config"][field]
+    for key in drop:
+        parent = meta["config"]["memory"] if key.startswith("memory.") else meta["config"]
+        del parent[key.removeprefix("memory.")]
+    path.write_text(json.dumps({**meta, "version": version}))
+    loaded = load_model(str(directory))
+    assert getattr(loaded.config, field) == default
+    ids = torch.randint(0, model.config.vocab_size, (1, 12))
+    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
+    meta["config"][field] = default  # an older format cannot name a later field
+    path.write_text(json.dumps({**meta, "version": version}))
+    with pytest.raises(CheckpointError, match=field):
+        load_model(str(directory))
 
 
 def write_babi_qa1(folder: Path, **splits: str) -> Path:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
+from helpers import check_older_format
 
 TINY = dict(vocab_size=32, dim=32, depth=2, num_heads=2, window=8)
 OPTIONS = dict(mac_memory_input="input", mac_context_norm=True)
@@ -66,38 +67,18 @@ def test_the_gate_option_changes_the_function_and_adds_no_parameter():
     assert not any(block.gate.attention_gates for block in papers.blocks)
 
 
-def test_the_gated_form_sends_gradient_into_the_memory_from_its_first_step():
-    model = mac(**GATED).train()
-    ids = torch.randint(0, 32, (1, 16))
-    model(ids)[0].square().sum().backward()
-    memory = model.blocks[0].memory
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in memory.parameters())
-
-
-def test_mag_is_unchanged_by_the_mac_gate():
+@pytest.mark.parametrize("name, other", [("mag", "mac_gate"), ("mac", "mag_gate")])
+def test_each_gate_option_leaves_the_other_hybrid_unchanged(name, other):
     torch.manual_seed(0)
-    a = ta.create_model("mag", **TINY).eval()
+    a = ta.create_model(name, **TINY).eval()
     torch.manual_seed(0)
-    b = ta.create_model("mag", **TINY, mac_gate="attention").eval()
+    b = ta.create_model(name, **TINY, **{other: "attention"}).eval()
     ids = torch.randint(0, 32, (1, 20))
     torch.testing.assert_close(a(ids)[0], b(ids)[0])
 
 
 def test_a_format_8_file_loads_with_the_papers_gate(tmp_path):
-    model = mac(**OPTIONS)
-    model.save_pretrained(str(tmp_path))
-    meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 9 and meta["config"]["mac_gate"] == "memory"
-    del meta["config"]["mac_gate"]
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 8}))
-    loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.mac_gate == "memory"
-    ids = torch.randint(0, 32, (1, 12))
-    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
-    meta["config"]["mac_gate"] = "attention"  # format 8 cannot name a later field
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 8}))
-    with pytest.raises(ta.CheckpointError, match="mac_gate"):
-        ta.load_model(str(tmp_path))
+    check_older_format(mac(**OPTIONS), tmp_path, 8, ["mac_gate"], "mac_gate")
 
 
 def test_the_gate_option_round_trips_through_a_saved_model(tmp_path):

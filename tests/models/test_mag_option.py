@@ -4,12 +4,11 @@ and files saved before the option load as the papers' form."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 import titans_atlas as ta
+from helpers import check_older_format
 
 TINY = dict(vocab_size=32, dim=32, depth=2, num_heads=2, window=8)
 
@@ -64,38 +63,15 @@ def test_attention_gates_the_memory_read_from_a_uniform_half():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in memory.parameters())
 
 
-def test_mac_is_unchanged_by_the_mag_option():
-    torch.manual_seed(0)
-    a = ta.create_model("mac", **TINY).eval()
-    torch.manual_seed(0)
-    b = ta.create_model("mac", **TINY, mag_gate="attention").eval()
-    ids = torch.randint(0, 32, (1, 20))
-    torch.testing.assert_close(a(ids)[0], b(ids)[0])
-
-
 def test_a_bad_option_names_the_field():
     with pytest.raises(ValueError, match="mag_gate"):
         ta.create_model("mag", **TINY, mag_gate="both")
 
 
 def test_a_format_5_file_loads_as_the_papers_mag(tmp_path):
-    model = mag()
-    model.save_pretrained(str(tmp_path))
-    meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 9 and meta["config"]["mag_gate"] == "memory"
-    del meta["config"]["mag_gate"]
-    del meta["config"]["memory"]["timescale_ratio"]  # added in format 7
-    del meta["config"]["memory"]["timescale_lr_ratio"]  # added in format 8
-    del meta["config"]["mac_gate"]  # added in format 9
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 5}))
-    loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.mag_gate == "memory"
-    ids = torch.randint(0, 32, (1, 12))
-    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
-    meta["config"]["mag_gate"] = "attention"  # format 5 cannot name a later field
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 5}))
-    with pytest.raises(ta.CheckpointError, match="mag_gate"):
-        ta.load_model(str(tmp_path))
+    # the fields formats 6-9 added go too (timescale_ratio in 7, its lr ratio in 8, mac_gate in 9)
+    drop = ["mag_gate", "memory.timescale_ratio", "memory.timescale_lr_ratio", "mac_gate"]
+    check_older_format(mag(), tmp_path, 5, drop, "mag_gate")
 
 
 def test_the_option_round_trips_through_a_saved_model(tmp_path):
