@@ -47,9 +47,14 @@ def profile(step, threads: int, top: int) -> None:
         print(f"| `{key}` | {calls} | {one:.1f} | {many:.1f} | {ratio} |")
 
 
-def measure(name: str, threads: int, rounds: int, train_tokens: int) -> dict:
+def eager_step(name: str, train_tokens: int):
+    """The benchmark model's eager training step (``models.train_step``)."""
     args = parse_args(["--models", name, "--train-tokens", str(train_tokens)])
-    step = train_step(name, args, compiled=False)
+    return train_step(name, args, compiled=False)
+
+
+def measure(name: str, threads: int, rounds: int, train_tokens: int) -> dict:
+    step = eager_step(name, train_tokens)
     times: dict[int, list[float]] = {1: [], threads: []}
     for _ in range(rounds):
         for count in (1, threads):
@@ -82,12 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {row['ms_1']:.0f} | {row['ms_n']:.0f} | {row['speed_up']:.2f}x |")
     for name in args.models if args.profile > 0 else []:
         print(f"\n{name}:")
-        step = train_step(
-            name,
-            parse_args(["--models", name, "--train-tokens", str(args.train_tokens)]),
-            compiled=False,
-        )
-        profile(step, n, args.profile)
+        profile(eager_step(name, args.train_tokens), n, args.profile)
 
 
 if __name__ == "__main__":

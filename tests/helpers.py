@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from titans_atlas.layers.memory_config import FORMAT_7_FIELDS, FORMAT_8_FIELDS
+from titans_atlas.models.config import MAC_FIELDS, MAC_GATE_FIELDS, MAG_FIELDS
 from titans_atlas.models.pretrained import CheckpointError, load_model
 from titans_atlas.ops import GatedMLPMemory, LinearMemory, MemoryModel, MLPMemory, memory_scan
 from titans_atlas.ops.checks import CountSyncs  # noqa: F401  (the tests import it from here)
@@ -191,25 +193,51 @@ def streamed_logits(model, ids: torch.Tensor, lengths: list[int]):
     return torch.cat(pieces, 1), state
 
 
-def check_older_format(model, directory: Path, version: int, drop: list[str], field: str) -> None:
-    """Save ``model`` (in its default form for ``field``), rewrite the file as format
-    ``version`` wrote it -- without the config keys ``drop`` ("name" or "memory.name") -- and
-    check that it loads as the same function, and that naming ``field`` in that format (a
-    field it did not have) is refused with a CheckpointError naming it."""
-    model.save_pretrained(str(directory))
+def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> None:
+    """Rewrite a saved config as an older format wrote it: ``drop`` memory fields it did not
+    have, ``add`` the ones it had instead, and stamp ``version``."""
     path = directory / "config.json"
     meta = json.loads(path.read_text())
-    default = meta["config"][field]
+    memory = meta["config"]["memory"]
     for key in drop:
-        parent = meta["config"]["memory"] if key.startswith("memory.") else meta["config"]
-        del parent[key.removeprefix("memory.")]
-    path.write_text(json.dumps({**meta, "version": version}))
+        memory.pop(key)
+    memory.update(add or {})
+    if version <= 8:  # formats 1-8 had no MAC gate option
+        for key in MAC_GATE_FIELDS:
+            meta["config"].pop(key, None)
+    if version <= 7:  # formats 1-7 had no separate theta timescales
+        for key in FORMAT_8_FIELDS:
+            memory.pop(key, None)
+    if version <= 6:  # formats 1-6 had no per-head timescales
+        for key in FORMAT_7_FIELDS:
+            memory.pop(key, None)
+    if version <= 5:  # formats 1-5 had no MAG option
+        for key in MAG_FIELDS:
+            meta["config"].pop(key, None)
+    if version <= 4:  # formats 1-4 had no MAC options and no qk_init
+        for key in MAC_FIELDS:
+            meta["config"].pop(key, None)
+        memory.pop("qk_init", None)
+    meta["version"] = version
+    path.write_text(json.dumps(meta))
+
+
+def check_older_format(model, directory: Path, version: int, field: str) -> None:
+    """Save ``model`` (in its default form for ``field``), rewrite the file as format
+    ``version`` wrote it (``rewrite_saved_memory``), and check that it loads as the same
+    function, and that naming ``field`` in that format (a field it did not have) is refused
+    with a CheckpointError naming it."""
+    model.save_pretrained(str(directory))
+    path = directory / "config.json"
+    default = json.loads(path.read_text())["config"][field]
+    rewrite_saved_memory(directory, version)
     loaded = load_model(str(directory))
     assert getattr(loaded.config, field) == default
     ids = torch.randint(0, model.config.vocab_size, (1, 12))
     torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
+    meta = json.loads(path.read_text())
     meta["config"][field] = default  # an older format cannot name a later field
-    path.write_text(json.dumps({**meta, "version": version}))
+    path.write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=field):
         load_model(str(directory))
 

@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 
 import titans_atlas as ta
+from helpers import rewrite_saved_memory
 from titans_atlas.layers.memory_config import (
     FORMAT_7_FIELDS,
     FORMAT_8_FIELDS,
@@ -162,35 +163,6 @@ def test_from_pretrained_beside_save_pretrained(saved):
     assert isinstance(mac_class.from_pretrained(saved), mac_class)
     with pytest.raises(ta.CheckpointError, match="'mac'"):
         type(tiny("lmm")).from_pretrained(saved)
-
-
-def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> None:
-    """Rewrite a saved config as an older format wrote it: ``drop`` memory fields it did not
-    have, ``add`` the ones it had instead, and stamp ``version``."""
-    path = directory / "config.json"
-    meta = json.loads(path.read_text())
-    memory = meta["config"]["memory"]
-    for key in drop:
-        memory.pop(key)
-    memory.update(add or {})
-    if version <= 8:  # formats 1-8 had no MAC gate option
-        for key in MAC_GATE_FIELDS:
-            meta["config"].pop(key, None)
-    if version <= 7:  # formats 1-7 had no separate theta timescales
-        for key in FORMAT_8_FIELDS:
-            memory.pop(key, None)
-    if version <= 6:  # formats 1-6 had no per-head timescales
-        for key in FORMAT_7_FIELDS:
-            memory.pop(key, None)
-    if version <= 5:  # formats 1-5 had no MAG option
-        for key in MAG_FIELDS:
-            meta["config"].pop(key, None)
-    if version <= 4:  # formats 1-4 had no MAC options and no qk_init
-        for key in MAC_FIELDS:
-            meta["config"].pop(key, None)
-        memory.pop("qk_init", None)
-    meta["version"] = version
-    path.write_text(json.dumps(meta))
 
 
 def write_v3(directory: Path) -> None:

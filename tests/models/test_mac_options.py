@@ -78,7 +78,7 @@ def test_each_gate_option_leaves_the_other_hybrid_unchanged(name, other):
 
 
 def test_a_format_8_file_loads_with_the_papers_gate(tmp_path):
-    check_older_format(mac(**OPTIONS), tmp_path, 8, ["mac_gate"], "mac_gate")
+    check_older_format(mac(**OPTIONS), tmp_path, 8, "mac_gate")
 
 
 def test_the_gate_option_round_trips_through_a_saved_model(tmp_path):

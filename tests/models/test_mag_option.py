@@ -69,9 +69,7 @@ def test_a_bad_option_names_the_field():
 
 
 def test_a_format_5_file_loads_as_the_papers_mag(tmp_path):
-    # the fields formats 6-9 added go too (timescale_ratio in 7, its lr ratio in 8, mac_gate in 9)
-    drop = ["mag_gate", "memory.timescale_ratio", "memory.timescale_lr_ratio", "mac_gate"]
-    check_older_format(mag(), tmp_path, 5, drop, "mag_gate")
+    check_older_format(mag(), tmp_path, 5, "mag_gate")
 
 
 def test_the_option_round_trips_through_a_saved_model(tmp_path):
