@@ -225,20 +225,32 @@ def rewrite_saved_memory(directory: Path, version: int, drop=(), add=None) -> No
 def check_older_format(model, directory: Path, version: int, field: str) -> None:
     """Save ``model`` (in its default form for ``field``), rewrite the file as format
     ``version`` wrote it (``rewrite_saved_memory``), and check that it loads as the same
-    function, and that naming ``field`` in that format (a field it did not have) is refused
-    with a CheckpointError naming it."""
+    function with ``field`` at its default, and that naming ``field`` in that format (a field
+    it did not have) is refused with a CheckpointError naming it. ``field`` is a config
+    field, or a memory field as ``"memory.NAME"``."""
+    *parents, name = field.split(".")
     model.save_pretrained(str(directory))
     path = directory / "config.json"
-    default = json.loads(path.read_text())["config"][field]
+
+    def section(meta: dict) -> dict:  # the dict of the saved config that holds ``name``
+        part = meta["config"]
+        for key in parents:
+            part = part[key]
+        return part
+
+    default = section(json.loads(path.read_text()))[name]
     rewrite_saved_memory(directory, version)
     loaded = load_model(str(directory))
-    assert getattr(loaded.config, field) == default
+    value = loaded.config
+    for key in (*parents, name):
+        value = getattr(value, key)
+    assert value == default
     ids = torch.randint(0, model.config.vocab_size, (1, 12))
     torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
     meta = json.loads(path.read_text())
-    meta["config"][field] = default  # an older format cannot name a later field
+    section(meta)[name] = default  # an older format cannot name a later field
     path.write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=field):
+    with pytest.raises(CheckpointError, match=name):
         load_model(str(directory))
 
 

@@ -5,8 +5,6 @@ options existed."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -99,23 +97,9 @@ def test_bad_options_name_the_field():
         ta.create_model("mac", **TINY, mac_context_norm="yes")
 
 
-def test_a_format_4_file_loads_as_the_papers_mac(tmp_path):
-    model = mac()
-    model.save_pretrained(str(tmp_path))
-    meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 9 and meta["config"]["mac_memory_input"] == "attention"
-    for name in ("mac_memory_input", "mac_context_norm", "mag_gate"):
-        del meta["config"][name]
-    del meta["config"]["memory"]["timescale_ratio"]  # added in format 7
-    del meta["config"]["memory"]["timescale_lr_ratio"]  # added in format 8
-    del meta["config"]["mac_gate"]  # added in format 9
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 4}))
-    loaded = ta.load_model(str(tmp_path))
-    assert (loaded.config.mac_memory_input, loaded.config.mac_context_norm) == ("attention", False)
-    ids = torch.randint(0, 32, (1, 12))
-    torch.testing.assert_close(loaded(ids)[0], model(ids)[0])
-    # a format-4 file cannot name a field that format did not have
-    meta["config"]["mac_context_norm"] = True
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 4}))
-    with pytest.raises(ta.CheckpointError, match="mac_context_norm"):
-        ta.load_model(str(tmp_path))
+@pytest.mark.parametrize(
+    "version, field",
+    [(4, "mac_memory_input"), (4, "mac_context_norm"), (7, "memory.timescale_lr_ratio")],
+)
+def test_an_older_file_loads_as_the_papers_mac(tmp_path, version, field):
+    check_older_format(mac(), tmp_path, version, field)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import titans_atlas as ta
-from helpers import streamed_logits
+from helpers import check_older_format, rewrite_saved_memory, streamed_logits
 from titans_atlas.layers.memory_config import MemoryConfig
 
 TINY = {"vocab_size": 50, "dim": 16, "depth": 2, "num_heads": 4, "window": 4, "chunk_size": 3}
@@ -145,31 +145,17 @@ def test_the_lr_ratio_round_trips_and_a_format_7_file_loads_without_it(tmp_path)
     torch.manual_seed(0)
     model = ta.create_model("lmm", **TINY, timescale_ratio=64.0, timescale_lr_ratio=8.0)
     assert saved_and_loaded(model, tmp_path).config.memory.timescale_lr_ratio == 8.0
-    meta = json.loads((tmp_path / "config.json").read_text())
-    del meta["config"]["memory"]["timescale_lr_ratio"]  # format 7: theta shared alpha's spread
-    del meta["config"]["mac_gate"]  # format 9
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
+    rewrite_saved_memory(tmp_path, 7)  # format 7: theta shared alpha's spread
     assert ta.load_model(str(tmp_path)).config.memory.timescale_lr_ratio is None
+    meta = json.loads((tmp_path / "config.json").read_text())
     meta["config"]["memory"]["timescale_lr_ratio"] = 8.0  # format 7 cannot name a later field
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 7}))
+    (tmp_path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(ta.CheckpointError, match="timescale_lr_ratio"):
         ta.load_model(str(tmp_path))
 
 
 def test_a_format_6_file_loads_with_every_head_the_same(tmp_path):
-    model = tiny(1.0)
-    model.save_pretrained(str(tmp_path))
-    meta = json.loads((tmp_path / "config.json").read_text())
-    assert meta["version"] == 9 and meta["config"]["memory"]["timescale_ratio"] == 1.0
-    del meta["config"]["memory"]["timescale_ratio"]
-    del meta["config"]["memory"]["timescale_lr_ratio"]  # format 8
-    del meta["config"]["mac_gate"]  # format 9
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 6}))
-    assert ta.load_model(str(tmp_path)).config.memory.timescale_ratio == 1.0
-    meta["config"]["memory"]["timescale_ratio"] = 4.0  # format 6 cannot name a later field
-    (tmp_path / "config.json").write_text(json.dumps({**meta, "version": 6}))
-    with pytest.raises(ta.CheckpointError, match="timescale_ratio"):
-        ta.load_model(str(tmp_path))
+    check_older_format(tiny(1.0), tmp_path, 6, "memory.timescale_ratio")
 
 
 @pytest.mark.parametrize("bad", [0.5, 0.0, -2.0, float("nan"), float("inf"), True, "64"])
