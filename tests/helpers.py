@@ -250,7 +250,8 @@ def check_older_format(model, directory: Path, version: int, field: str) -> None
     meta = json.loads(path.read_text())
     section(meta)[name] = default  # an older format cannot name a later field
     path.write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=name):
+    # the refusal names the field as a list entry (the message also holds the file's path)
+    with pytest.raises(CheckpointError, match=rf"have no config\S* field\(s\) \[{name!r}\]"):
         load_model(str(directory))
 
 

@@ -10,6 +10,7 @@ import torch
 
 import titans_atlas as ta
 from helpers import check_older_format
+from titans_atlas.models.config import MAC_FIELDS, MAC_GATE_FIELDS
 
 TINY = dict(vocab_size=32, dim=32, depth=2, num_heads=2, window=8)
 OPTIONS = dict(mac_memory_input="input", mac_context_norm=True)
@@ -103,3 +104,16 @@ def test_bad_options_name_the_field():
 )
 def test_an_older_file_loads_as_the_papers_mac(tmp_path, version, field):
     check_older_format(mac(), tmp_path, version, field)
+
+
+def test_the_default_mac_is_the_papers_form():
+    """What an older file's MAC loads as (``MAC_FIELDS``, ``MAC_GATE_FIELDS``): the papers'
+    MAC, which is also today's default."""
+    assert MAC_FIELDS == {"mac_memory_input": "attention", "mac_context_norm": False}
+    assert MAC_GATE_FIELDS == {"mac_gate": "memory"}
+    config = mac().config
+    assert (config.mac_memory_input, config.mac_context_norm, config.mac_gate) == (
+        "attention",
+        False,
+        "memory",
+    )
