@@ -172,3 +172,22 @@ def test_a_full_delta_step_overwrites_the_key():
         model, k, k, v, ones, 0 * ones, 0 * ones, model.initial_state(weights, 1), chunk_size=1
     )
     torch.testing.assert_close(reads[:, 2], v[:, 2])
+
+
+def test_output_init_is_validated_and_saved_configs_without_it_load(tmp_path):
+    with pytest.raises(ValueError, match="output_init"):
+        MemoryConfig(output_init="zeros")
+    with pytest.raises(ValueError, match="output_init"):
+        ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init=0)
+    model = ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init="zero")
+    assert not model.blocks[0].memory.initial_weights["w2"].any()
+    model.save_pretrained(str(tmp_path))
+    config = (tmp_path / "config.json").read_text()
+    assert '"output_init": "zero"' in config
+    assert ta.load_model(str(tmp_path)).config.memory.output_init == "zero"
+    # a file saved before the field: its weights are the model, the field takes the default
+    (tmp_path / "config.json").write_text(config.replace('"output_init": "zero",', ""))
+    loaded = ta.load_model(str(tmp_path))
+    assert loaded.config.memory.output_init == "lecun"
+    ids = torch.randint(0, 32, (1, 9))
+    torch.testing.assert_close(loaded(ids)[0], model.eval()(ids)[0])

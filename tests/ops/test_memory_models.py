@@ -108,3 +108,48 @@ def test_residual_memory_reads_identity_plus_mlp():
     weights = {n: torch.zeros_like(w) for n, w in memory.init_weights(2).items()}
     x = torch.randn(1, 2, 3, 8)
     assert torch.equal(memory.forward(weights, x), x)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_zero_output_init_starts_an_mlp_memory_empty(residual):
+    """``output_init="zero"``: the last weight starts at zero, so the untrained read is 0 (or
+    the key, residual), as the linear memory's; the other weights are drawn as before."""
+    seeded = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    x = F.normalize(torch.randn(2, 3, 5, 16), dim=-1)
+    for make in (MLPMemory, GatedMLPMemory):
+        default = make(16, 16, residual=residual).init_weights(3, generator=seeded())
+        memory = make(16, 16, residual=residual, output_init="zero")
+        weights = memory.init_weights(3, generator=seeded())
+        last = list(memory.weight_shapes())[-1]
+        assert torch.count_nonzero(weights[last]) == 0
+        for name in weights.keys() - {last}:
+            assert torch.equal(weights[name], default[name])
+        assert torch.equal(memory.forward(weights, x), x if residual else torch.zeros_like(x))
+        assert memory.forward(default, x).norm(dim=-1).mean() > 0.1  # LeCun's: a random read
+
+
+def test_a_zero_output_init_makes_a_first_write_what_the_memory_reads():
+    """After one write per key, the zero-started MLP reads back mostly what was written; the
+    LeCun-started one reads its random initial function of the key on top (research/LOG.md,
+    section 16)."""
+    torch.manual_seed(0)
+    dim, batch, pairs = 64, 32, 4
+    keys = F.normalize(torch.randn(batch, pairs, 1, dim, dtype=torch.float64), dim=-1)
+    values = F.normalize(torch.randn(batch, pairs, 1, dim, dtype=torch.float64), dim=-1)
+    gate = lambda x: torch.full((batch, pairs, 1), x, dtype=torch.float64)  # noqa: E731
+    cosine = {}
+    for output_init in ("lecun", "zero"):
+        memory = MLPMemory(dim, dim, output_init=output_init)
+        state = memory.initial_state(memory.init_weights(1, dtype=torch.float64), batch)
+        _, after = memory_scan(
+            memory, keys, keys, values, gate(0.1), gate(0.0), gate(0.0), state, chunk_size=1
+        )
+        read = memory.forward(after.weights, keys.transpose(1, 2))
+        cosine[output_init] = F.cosine_similarity(read, values.transpose(1, 2), dim=-1).mean()
+    assert cosine["zero"] > 0.8 > 0.5 > cosine["lecun"], cosine
+
+
+def test_output_init_is_checked():
+    for make in (MLPMemory, GatedMLPMemory):
+        with pytest.raises(ValueError, match="output_init"):
+            make(8, 8, output_init="small")

@@ -28,6 +28,9 @@ from typing import Any
 from ..validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("gelu", "silu")
+# How an MLP memory's last layer starts: LeCun normal like the others, or zero, so that an
+# untrained memory reads 0 (a residual one reads its key), as the linear memory does.
+OUTPUT_INITS = ("lecun", "zero")
 
 Linear = Callable[[str, Any], Any]  # linear(name, h) = h @ W[name], or what stands for it
 Factors = dict[str, tuple[Any, Any]]  # name -> (a, b): grad_W of token n = a_n^T b_n
@@ -39,6 +42,7 @@ class MemorySpec:
     dim_in: int
     dim_out: int
     residual: bool = False
+    output_init: str = "lecun"
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         """name -> (d_in, d_out) of every weight, in forward order."""
@@ -90,6 +94,12 @@ class MemorySpec:
         raise NotImplementedError
 
     def _init_std(self, name: str, fan_in: int) -> float:
+        # output_init="zero": the last weight starts at 0, so the untrained memory's read
+        # carries no random function of the key for a first write to compete with (LeCun's
+        # last layer reads unit-norm keys back at norm ~0.5 where one write moves the read
+        # ~0.15; research/LOG.md, section 16).
+        if self.output_init == "zero" and name == list(self.weight_shapes())[-1]:
+            return 0.0
         # LeCun normal: unit-variance inputs give unit-variance pre-activations, which keeps
         # GELU/SiLU in their non-linear range and breaks the symmetry between hidden units.
         return 1.0 / math.sqrt(fan_in)
@@ -120,6 +130,7 @@ class MemorySpec:
                 raise ValueError(f"{name}[{key!r}] must be floating point, got {w.dtype}")
 
     def _check_hidden_and_residual(self) -> None:
+        check_choice("output_init", self.output_init, OUTPUT_INITS)
         check_number("expansion", self.expansion, 0.0)
         if not math.isfinite(self.expansion):
             raise ValueError(f"expansion must be finite, got {self.expansion}")
@@ -171,6 +182,7 @@ class MLPSpec(MemorySpec):
     depth: int = 2
     activation: str = "gelu"
     residual: bool = False
+    output_init: str = "lecun"  # "lecun" | "zero": how the last weight starts (OUTPUT_INITS)
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
@@ -217,6 +229,7 @@ class GatedMLPSpec(MemorySpec):
     dim_out: int
     expansion: float = 4
     residual: bool = False
+    output_init: str = "lecun"  # "lecun" | "zero": how ``down`` starts (OUTPUT_INITS)
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
@@ -280,7 +293,12 @@ def build_memory(config: Any, key_dim: int, value_dim: int, classes: dict[str, t
             depth=config.depth,
             activation=config.activation,
             residual=config.residual,
+            output_init=config.output_init,
         )
     return classes["gated_mlp"](
-        dim_in=key_dim, dim_out=value_dim, expansion=config.expansion, residual=config.residual
+        dim_in=key_dim,
+        dim_out=value_dim,
+        expansion=config.expansion,
+        residual=config.residual,
+        output_init=config.output_init,
     )
