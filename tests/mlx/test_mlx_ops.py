@@ -252,3 +252,17 @@ def test_bad_options_are_value_errors():
         mlx_scan(memory_mx, inputs, state, chunk_size=4)
     with pytest.raises(ValueError, match="residual"):
         mops.MLPMemory(dim_in=4, dim_out=3, residual=True)
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_zero_output_init_zeroes_only_the_last_weight(depth):
+    """The mirror draws through the shared spec: ``output_init="zero"`` zeroes ``w{depth}``
+    (``down`` for the gated memory) and leaves every other weight as LeCun's rule draws it."""
+    key = mx.random.key(0)
+    for memory, last in (
+        (mops.MLPMemory(16, 16, depth=depth, output_init="zero"), f"w{depth}"),
+        (mops.GatedMLPMemory(16, 16, output_init="zero"), "down"),
+    ):
+        weights = memory.init_weights(2, key=key)
+        for name, w in weights.items():
+            assert (float(mx.abs(w).max()) == 0.0) == (name == last), name

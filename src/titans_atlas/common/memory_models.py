@@ -96,8 +96,8 @@ class MemorySpec:
     def _init_std(self, name: str, fan_in: int) -> float:
         # output_init="zero": the last weight starts at 0, so the untrained memory's read
         # carries no random function of the key for a first write to compete with (LeCun's
-        # last layer reads unit-norm keys back at norm ~0.5 where one write moves the read
-        # ~0.15; research/LOG.md, section 16).
+        # last layer reads unit-norm keys back at norm ~0.5 where writing 4 pairs moves the
+        # read ~0.15; research/LOG.md, section 16).
         if self.output_init == "zero" and name == list(self.weight_shapes())[-1]:
             return 0.0
         # LeCun normal: unit-variance inputs give unit-variance pre-activations, which keeps
