@@ -129,7 +129,7 @@ class MemorySpec:
             if not floating(w):
                 raise ValueError(f"{name}[{key!r}] must be floating point, got {w.dtype}")
 
-    def _check_hidden_and_residual(self) -> None:
+    def _check_mlp_settings(self) -> None:
         check_choice("output_init", self.output_init, OUTPUT_INITS)
         check_number("expansion", self.expansion, 0.0)
         if not math.isfinite(self.expansion):
@@ -191,7 +191,7 @@ class MLPSpec(MemorySpec):
         check_int("depth", self.depth, 2)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        self._check_hidden_and_residual()
+        self._check_mlp_settings()
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         widths = [self.dim_in] + [self.hidden_dim] * (self.depth - 1) + [self.dim_out]
@@ -233,7 +233,7 @@ class GatedMLPSpec(MemorySpec):
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
-        self._check_hidden_and_residual()
+        self._check_mlp_settings()
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         hidden = self.hidden_dim
