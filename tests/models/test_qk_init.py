@@ -178,16 +178,25 @@ def test_output_init_is_validated_and_saved_configs_without_it_load(tmp_path):
     with pytest.raises(ValueError, match="output_init"):
         MemoryConfig(output_init="zeros")
     with pytest.raises(ValueError, match="output_init"):
-        ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init=0)
+        ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init=-1)
+    with pytest.raises(ValueError, match="output_init"):
+        MemoryConfig(output_init=True)
+    assert MemoryConfig(output_init="lecun").output_init == 1.0
+    assert MemoryConfig(output_init=0.5).output_init == 0.5
     model = ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init="zero")
     assert not model.blocks[0].memory.initial_weights["w2"].any()
     model.save_pretrained(str(tmp_path))
     config = (tmp_path / "config.json").read_text()
-    assert '"output_init": "zero"' in config
-    assert ta.load_model(str(tmp_path)).config.memory.output_init == "zero"
+    assert '"output_init": 0.0' in config  # saved as the number the name stands for
+    assert ta.load_model(str(tmp_path)).config.memory.output_init == 0.0
+    # a file that saved the name (before the field was a number) loads it as its number
+    (tmp_path / "config.json").write_text(
+        config.replace('"output_init": 0.0', '"output_init": "zero"')
+    )
+    assert ta.load_model(str(tmp_path)).config.memory.output_init == 0.0
     # a file saved before the field: its weights are the model, the field takes the default
-    (tmp_path / "config.json").write_text(config.replace('"output_init": "zero",', ""))
+    (tmp_path / "config.json").write_text(config.replace('"output_init": 0.0,', ""))
     loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.memory.output_init == "lecun"
+    assert loaded.config.memory.output_init == MemoryConfig().output_init
     ids = torch.randint(0, 32, (1, 9))
     torch.testing.assert_close(loaded(ids)[0], model.eval()(ids)[0])

@@ -151,5 +151,25 @@ def test_a_zero_output_init_makes_a_first_write_what_the_memory_reads():
 
 def test_output_init_is_checked():
     for make in (MLPMemory, GatedMLPMemory):
-        with pytest.raises(ValueError, match="output_init"):
-            make(8, 8, output_init="small")
+        for bad in ("small", -0.5, float("nan"), float("inf"), True, None):
+            with pytest.raises(ValueError, match="output_init"):
+                make(8, 8, output_init=bad)
+
+
+def test_output_init_scales_only_the_last_weight_by_its_number():
+    """A number s draws the last weight at s x LeCun's std from the same noise (1 is LeCun's
+    draw bit for bit, the names stand for 1 and 0); the other weights are unchanged."""
+    seeded = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    for make in (MLPMemory, GatedMLPMemory):
+        default = make(16, 16).init_weights(2, generator=seeded())
+        assert (
+            make(16, 16).output_init == 1.0 and make(16, 16, output_init="lecun").output_init == 1.0
+        )
+        assert make(16, 16, output_init="zero").output_init == 0.0
+        for scale in (1, 0.5, 2.0):
+            memory = make(16, 16, output_init=scale)
+            weights = memory.init_weights(2, generator=seeded())
+            last = list(memory.weight_shapes())[-1]
+            for name in weights:
+                want = default[name] * scale if name == last else default[name]
+                torch.testing.assert_close(weights[name], want, rtol=0, atol=0)

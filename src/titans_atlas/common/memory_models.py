@@ -28,9 +28,25 @@ from typing import Any
 from ..validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("gelu", "silu")
-# How an MLP memory's last layer starts: LeCun normal like the others, or zero, so that an
-# untrained memory reads 0 (a residual one reads its key), as the linear memory does.
-OUTPUT_INITS = ("lecun", "zero")
+# How an MLP memory's last weight starts: ``output_init`` is its std as a multiple of LeCun's,
+# 1 drawing it like the other weights and 0 starting it at zero, so that an untrained memory
+# reads 0 (a residual one its key) as the linear memory does. The names stand for those two.
+OUTPUT_INITS = {"lecun": 1.0, "zero": 0.0}
+
+
+def output_init_scale(value: Any) -> float:
+    """``output_init`` as the number it means: a finite number >= 0 (the last weight's std as
+    a multiple of LeCun's), or "lecun" (1) / "zero" (0); ValueError naming it otherwise."""
+    if isinstance(value, str) and value in OUTPUT_INITS:
+        return OUTPUT_INITS[value]
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        if value >= 0:
+            return float(value)
+    raise ValueError(
+        "output_init must be a number >= 0 (the last weight's std as a multiple of LeCun's) "
+        f"or one of {tuple(OUTPUT_INITS)}, got {value!r}"
+    )
+
 
 Linear = Callable[[str, Any], Any]  # linear(name, h) = h @ W[name], or what stands for it
 Factors = dict[str, tuple[Any, Any]]  # name -> (a, b): grad_W of token n = a_n^T b_n
@@ -42,7 +58,7 @@ class MemorySpec:
     dim_in: int
     dim_out: int
     residual: bool = False
-    output_init: str = "lecun"
+    output_init: float = 1.0
 
     def weight_shapes(self) -> dict[str, tuple[int, int]]:
         """name -> (d_in, d_out) of every weight, in forward order."""
@@ -94,15 +110,16 @@ class MemorySpec:
         raise NotImplementedError
 
     def _init_std(self, name: str, fan_in: int) -> float:
-        # output_init="zero": the last weight starts at 0, so the untrained memory's read
-        # carries no random function of the key for a first write to compete with (LeCun's
-        # last layer reads unit-norm keys back at norm ~0.5 where writing 4 pairs moves the
-        # read ~0.15; research/LOG.md, section 16).
-        if self.output_init == "zero" and name == list(self.weight_shapes())[-1]:
-            return 0.0
         # LeCun normal: unit-variance inputs give unit-variance pre-activations, which keeps
         # GELU/SiLU in their non-linear range and breaks the symmetry between hidden units.
-        return 1.0 / math.sqrt(fan_in)
+        std = 1.0 / math.sqrt(fan_in)
+        # The last weight at output_init x LeCun's: what the untrained memory reads is a random
+        # function of the key that a first write has to outgrow (at LeCun's scale unit-norm
+        # keys read back at norm ~0.5 where writing 4 pairs moves the read ~0.15; at 0 there is
+        # none; research/LOG.md, sections 16 and 17).
+        if name == list(self.weight_shapes())[-1]:
+            return self.output_init * std
+        return std
 
     @property
     def hidden_dim(self) -> int:
@@ -130,7 +147,8 @@ class MemorySpec:
                 raise ValueError(f"{name}[{key!r}] must be floating point, got {w.dtype}")
 
     def _check_mlp_settings(self) -> None:
-        check_choice("output_init", self.output_init, OUTPUT_INITS)
+        # frozen dataclasses: store the name's number ("lecun" -> 1.0) once, checked
+        object.__setattr__(self, "output_init", output_init_scale(self.output_init))
         check_number("expansion", self.expansion, 0.0)
         if not math.isfinite(self.expansion):
             raise ValueError(f"expansion must be finite, got {self.expansion}")
@@ -182,7 +200,7 @@ class MLPSpec(MemorySpec):
     depth: int = 2
     activation: str = "gelu"
     residual: bool = False
-    output_init: str = "lecun"  # "lecun" | "zero": how the last weight starts (OUTPUT_INITS)
+    output_init: float = 1.0  # the last weight's std / LeCun's ("lecun" = 1, "zero" = 0)
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)
@@ -229,7 +247,7 @@ class GatedMLPSpec(MemorySpec):
     dim_out: int
     expansion: float = 4
     residual: bool = False
-    output_init: str = "lecun"  # "lecun" | "zero": how ``down`` starts (OUTPUT_INITS)
+    output_init: float = 1.0  # ``down``'s std / LeCun's ("lecun" = 1, "zero" = 0)
 
     def __post_init__(self) -> None:
         _check_positive(dim_in=self.dim_in, dim_out=self.dim_out)

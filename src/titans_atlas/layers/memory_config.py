@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..common.memory_models import OUTPUT_INITS
+from ..common.memory_models import output_init_scale
 from ..ops import READ_MODES, UPDATE_RULES
 from ..validation import check_bool, check_choice, check_int, check_number
 
@@ -97,9 +97,11 @@ class MemoryConfig:
     paths are drawn (``QK_INITS``). With "shifted" every seed binds on the recall task, where
     "independent" stuck in about one seed of three (docs/results.md, "Binding in every
     seed").
-    ``output_init`` ("lecun" | "zero") chooses how the MLP and gated memories' last weight
-    is drawn: LeCun normal, or zero, so that the untrained memory reads 0 (a residual one its
-    key), as the linear memory always does (docs/architectures.md, "Initialisation").
+    ``output_init`` (a number >= 0; "lecun" stands for 1, "zero" for 0) is the std of the MLP
+    and gated memories' last weight as a multiple of LeCun's: 1 draws it like the others, 0
+    starts it at zero, so that the untrained memory reads 0 (a residual one its key), as the
+    linear memory always does; the linear memory ignores it (docs/architectures.md,
+    "Initialisation").
     ``timescale_ratio`` (1: off) gives the heads a spread of timescales, as Mamba's and
     RetNet's per-channel decays do: head h's theta and alpha are scaled by
     ``timescale_ratio ** (-h / (H - 1))``, so head 0 keeps the bounds above and the last head
@@ -146,7 +148,7 @@ class MemoryConfig:
     timescale_lr_ratio: float | None = None  # theta's own spread, 1..timescale_ratio (None: same)
     conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
     qk_init: str = "shifted"  # "shifted" | "matched" | "independent": see QK_INITS
-    output_init: str = "lecun"  # "lecun" | "zero": how an MLP memory's last weight starts
+    output_init: float = 1.0  # an MLP memory's last weight's std / LeCun's ("zero" = 0)
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
 
     def __post_init__(self) -> None:
@@ -158,7 +160,7 @@ class MemoryConfig:
         check_choice("read", self.read, READ_MODES)
         check_choice("omega_gate_source", self.omega_gate_source, OMEGA_GATE_SOURCES)
         check_choice("qk_init", self.qk_init, QK_INITS)
-        check_choice("output_init", self.output_init, OUTPUT_INITS)
+        self.output_init = output_init_scale(self.output_init)  # "lecun" / "zero": 1 / 0
         for name in ("residual", "feature_projection"):
             check_bool(name, getattr(self, name))
         for name, minimum in (
