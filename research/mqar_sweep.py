@@ -80,7 +80,8 @@ CHUNK = 16  # the largest memory chunk: a chunk reads the weights of its start
 # What makes a run (a row with the same values is not run again): the grids share runs, so
 # the quick grid's rows are the first cell of the cpu grid's.
 KEY_FIELDS = ("seq_len", "pairs", "model", "width", "lr", "seed", "steps", "batch", "window",
-              "overrides")  # fmt: skip
+              "overrides", "output_init")  # fmt: skip
+NO_MEMORY = ("transformer", "swa")  # the attention controls
 
 
 @dataclass(frozen=True)
@@ -187,12 +188,15 @@ def label_of(row: dict) -> str:
     """The model's name, with the settings a ``--set`` changed (their last dotted part)."""
     changed = [o.split("=", 1) for o in row.get("overrides", [])]
     extra = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in changed]
+    scale = row.get("output_init")
+    if scale is not None and scale != last_weight_scale(row["model"], row.get("overrides", [])):
+        extra.append(f"output_init={scale:g}")  # drawn at an older default
     return " ".join([row["model"], *extra])
 
 
 def group_of(row: dict) -> tuple:
     """What the learning-rate sweep varies inside: every key field but the lr."""
-    return tuple(json.dumps(row[k]) for k in KEY_FIELDS if k != "lr")
+    return tuple(json.dumps(row.get(k)) for k in KEY_FIELDS if k != "lr")
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
@@ -277,6 +281,21 @@ def grid_of(args: argparse.Namespace) -> Grid:
     return replace(grid, **{k: v for k, v in changes.items() if v is not None})
 
 
+def last_weight_scale(model: str, overrides: list[str], saved_before: bool = False):
+    """The scale an MLP memory's last weight is drawn at (``output_init``), or None for a model
+    without one, as ``--set`` ``overrides`` give it. Part of a run's key: the layer's default
+    went from 1 to 0.5 on 2026-12-07, and rows saved before record no value
+    (``saved_before``: they drew at 1 unless their overrides said otherwise)."""
+    if model in NO_MEMORY:
+        return None
+    config = build_config("debug", overrides=["model.overrides={}", f"model.name={model}",
+                                              *overrides]).model.build()  # fmt: skip
+    if config.memory.model == "linear":
+        return None
+    explicit = any(o.startswith("model.memory.output_init=") for o in overrides)
+    return 1.0 if saved_before and not explicit else config.memory.output_init
+
+
 def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:
     """The runs of ``grid``, each as its ``KEY_FIELDS``: per setting, model, width, lr."""
     return [
@@ -291,6 +310,7 @@ def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:
             "batch": grid.batch,
             "window": args.window,
             "overrides": list(args.set),
+            "output_init": last_weight_scale(model, list(args.set)),
         }
         for seq_len, pairs in grid.settings
         for model in args.models.split(",")
@@ -321,6 +341,9 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    for row in rows:
+        if "output_init" not in row:
+            row["output_init"] = last_weight_scale(row["model"], row["overrides"], True)
     if not args.table:
         done = {json.dumps({k: r[k] for k in KEY_FIELDS}, sort_keys=True) for r in rows}
         for key in planned(args, grid_of(args)):

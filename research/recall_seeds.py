@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     if out.exists():
         for line in out.read_text().splitlines():
             row = json.loads(line)
-            done.add((row["tag"], row["model"], row["seed"], row["steps"]))
+            done.add((row["tag"], row["model"], row["seed"], row["steps"], *row["overrides"]))
     for model in args.models.split(","):
         for seed in seeds(args.seeds):
-            if (args.tag, model, seed, args.steps) in done:
+            if (args.tag, model, seed, args.steps, *args.set) in done:
                 continue
             row = {
                 "tag": args.tag,

@@ -1,11 +1,12 @@
-"""What an untrained memory reads back after one write per key (research/LOG.md, section 16).
+"""What an untrained memory reads back after one write per key (research/LOG.md, sections 16-17).
 
 Write 4 unit-norm key -> value pairs, once each, into an untrained memory (Dk = Dv = 64, one
 head, batch 64, the momentum rule with theta 0.1 and no momentum or decay, one token per
 step) and read the keys back. Reported per memory: the read's norm before any write (what
 the untrained memory answers), how far the writes moved the read, and the cosine of the read
 after the writes with the value written (what a query gets). The linear memory starts at zero;
-the MLP memories with their last weight drawn by LeCun's rule or at zero (``output_init``).
+the MLP memories with their last weight drawn by LeCun's rule, at half its scale (the layer's
+default) or at zero (``output_init`` 1, 0.5, 0).
 Public API only; float64; a few seconds.
 
     python research/experiments/output_init_probe.py
@@ -42,7 +43,11 @@ def main() -> None:
     zero = {"output_init": "zero"}
     rows = [
         ("linear (starts at zero)", LinearMemory(DIM, DIM)),
-        ('MLP x4, last weight LeCun (`output_init="lecun"`)', MLPMemory(DIM, DIM)),
+        ("MLP x4, last weight LeCun (`output_init=1`)", MLPMemory(DIM, DIM, output_init=1)),
+        (
+            "MLP x4, last weight half LeCun (`output_init=0.5`)",
+            MLPMemory(DIM, DIM, output_init=0.5),
+        ),
         ('MLP x4, last weight zero (`output_init="zero"`)', MLPMemory(DIM, DIM, **zero)),
         ("MLP x1, last weight LeCun", MLPMemory(DIM, DIM, expansion=1)),
         ("MLP x1, last weight zero", MLPMemory(DIM, DIM, expansion=1, **zero)),

@@ -266,3 +266,10 @@ def test_a_zero_output_init_zeroes_only_the_last_weight(depth):
         weights = memory.init_weights(2, key=key)
         for name, w in weights.items():
             assert (float(mx.abs(w).max()) == 0.0) == (name == last), name
+        # a number scales the same draw: half LeCun's last weight, the others unchanged
+        lecun = type(memory)(16, 16, **({"depth": depth} if last != "down" else {}))
+        half = type(memory)(16, 16, output_init=0.5, **({"depth": depth} if last != "down" else {}))
+        drawn, halved = lecun.init_weights(2, key=key), half.init_weights(2, key=key)
+        for name in drawn:
+            want = drawn[name] * (0.5 if name == last else 1.0)
+            assert float(mx.abs(halved[name] - want).max()) == 0.0, name

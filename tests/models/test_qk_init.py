@@ -179,8 +179,10 @@ def test_output_init_is_validated_and_saved_configs_without_it_load(tmp_path):
         MemoryConfig(output_init="zeros")
     with pytest.raises(ValueError, match="output_init"):
         ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init=-1)
-    with pytest.raises(ValueError, match="output_init"):
-        MemoryConfig(output_init=True)
+    for bad in (True, None, float("nan"), float("inf"), -1e-9, 10**400, "half"):
+        with pytest.raises(ValueError, match="output_init"):
+            MemoryConfig(output_init=bad)
+    assert str(MemoryConfig(output_init=-0.0).output_init) == "0.0"
     assert MemoryConfig(output_init="lecun").output_init == 1.0
     assert MemoryConfig(output_init=0.5).output_init == 0.5
     model = ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, output_init="zero")
@@ -194,9 +196,50 @@ def test_output_init_is_validated_and_saved_configs_without_it_load(tmp_path):
         config.replace('"output_init": 0.0', '"output_init": "zero"')
     )
     assert ta.load_model(str(tmp_path)).config.memory.output_init == 0.0
-    # a file saved before the field: its weights are the model, the field takes the default
+    # a file saved before the field: its weights are the model, and the field reads as the
+    # scale they were drawn at (LeCun's), not today's default
     (tmp_path / "config.json").write_text(config.replace('"output_init": 0.0,', ""))
     loaded = ta.load_model(str(tmp_path))
-    assert loaded.config.memory.output_init == MemoryConfig().output_init
+    assert loaded.config.memory.output_init == 1.0 != MemoryConfig().output_init
     ids = torch.randint(0, 32, (1, 9))
     torch.testing.assert_close(loaded(ids)[0], model.eval()(ids)[0])
+
+
+def test_the_layer_draws_half_lecun_and_the_atlas_presets_lecun():
+    """The layer's default last weight is at half LeCun's scale (docs/architectures.md,
+    "Initialisation"); the ATLAS presets keep LeCun's, the scale they were measured at."""
+    assert MemoryConfig().output_init == 0.5
+    scales = {"lmm": 0.5, "mag": 0.5, "mal": 0.5, "mac": 0.5, "atlas": 1.0, "omeganet": 1.0}
+    scales.update({"atlas-mag": 1.0, "atlas-mal": 1.0, "atlas++": 1.0})
+    for name, scale in scales.items():
+        model = ta.create_model(name, vocab_size=32, dim=32, depth=1, num_heads=2)
+        assert model.config.memory.output_init == scale, name
+
+
+def test_a_run_drawn_at_another_output_init_resumes_with_the_saved_value():
+    """A checkpoint of a run begun before the default changed (its weights drawn at 1) is the
+    same model as today's rebuild at 0.5 up to that init-only field: it loads and keeps 1;
+    any other difference is still refused."""
+    from titans_atlas.models.pretrained import CheckpointError, match_saved_config
+
+    make = lambda **kw: ta.create_model("lmm", vocab_size=32, dim=32, depth=1, num_heads=2, **kw)  # noqa: E731
+    saved = make(output_init=1.0).config
+    model = make()
+    assert model.config.memory.output_init == 0.5
+    match_saved_config("ckpt", saved, model)
+    assert model.config == saved and model.config.memory.output_init == 1.0
+    with pytest.raises(CheckpointError, match="ckpt holds a different model"):
+        match_saved_config("ckpt", make(lr_max=0.05).config, make())
+
+
+def test_a_complete_hf_memory_dict_without_output_init_reads_lecun():
+    """The Hugging Face path (``upgrade_saved_memory``): a complete memory dict saved before
+    the field was drawn at 1; a saved name reads as its number; a partial dict takes today's
+    default."""
+    from titans_atlas.layers.memory_config import upgrade_saved_memory
+
+    full = MemoryConfig().__dict__.copy()
+    del full["output_init"]
+    assert MemoryConfig(**upgrade_saved_memory(full)).output_init == 1.0
+    assert MemoryConfig(**upgrade_saved_memory({**full, "output_init": "zero"})).output_init == 0.0
+    assert MemoryConfig(**upgrade_saved_memory({"lr_max": 0.1})).output_init == 0.5

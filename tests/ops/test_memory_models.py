@@ -161,7 +161,13 @@ def test_output_init_scales_only_the_last_weight_by_its_number():
     draw bit for bit, the names stand for 1 and 0); the other weights are unchanged."""
     seeded = lambda: torch.Generator().manual_seed(0)  # noqa: E731
     for make in (MLPMemory, GatedMLPMemory):
-        default = make(16, 16).init_weights(2, generator=seeded())
+        # LeCun's draw written out here, not through the code under test: N(0, 1) noise in
+        # weight order, times fan_in^-1/2 (the gated memory's gate and up: fan_in^-1/4)
+        generator, default = seeded(), {}
+        for name, (d_in, d_out) in make(16, 16).weight_shapes().items():
+            power = 0.25 if name in ("gate", "up") else 0.5
+            noise = torch.randn(2, d_in, d_out, generator=generator)
+            default[name] = noise * d_in**-power
         assert (
             make(16, 16).output_init == 1.0 and make(16, 16, output_init="lecun").output_init == 1.0
         )

@@ -56,6 +56,9 @@ def test_init_from_refuses_another_model_its_own_run_dir_or_a_missing_checkpoint
     gates = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
                          model__init_lr=0.001)  # fmt: skip
     Trainer(gates)  # init_* only set starting values, which the copied weights replace
+    drawn = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
+                         model__output_init=1.0)  # fmt: skip
+    Trainer(drawn)  # so does how the last weight was drawn (INIT_ONLY_FIELDS)
     floor = debug_config(tmp_path / "b", train__init_from=str(tmp_path / "a"),
                          model__decay_min=1e-4)  # fmt: skip
     lowered = Trainer(floor)  # a bound on the decay gate, not a weight: a fine-tune may move it

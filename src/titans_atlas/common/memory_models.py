@@ -21,6 +21,7 @@ Shapes: a weight ``name`` is ``[H, d_in, d_out]`` (learned initial weights) or
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,9 +40,13 @@ def output_init_scale(value: Any) -> float:
     a multiple of LeCun's), or "lecun" (1) / "zero" (0); ValueError naming it otherwise."""
     if isinstance(value, str) and value in OUTPUT_INITS:
         return OUTPUT_INITS[value]
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        if value >= 0:
-            return float(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            scale = float(value)
+        except OverflowError:  # an int past float's range
+            scale = math.inf
+        if math.isfinite(scale) and scale >= 0:
+            return scale + 0.0  # -0.0 -> 0.0
     raise ValueError(
         "output_init must be a number >= 0 (the last weight's std as a multiple of LeCun's) "
         f"or one of {tuple(OUTPUT_INITS)}, got {value!r}"

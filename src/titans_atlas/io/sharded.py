@@ -44,7 +44,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..models.backbone import LanguageModel
-from ..models.pretrained import CheckpointError, load_model
+from ..models.pretrained import CheckpointError, load_model, match_saved_config
 from ..models.registry import build_model
 from ..models.rows import concat_rows, take_rows
 from ..models.state import ModelState
@@ -275,8 +275,7 @@ def _load_full(directory: Path, state: dict, model, optimizer) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
     saved = load_model(directory / MODEL_DIR)
-    if saved.config.to_dict() != model.config.to_dict():
-        raise CheckpointError(f"{directory} holds a different model: {saved.config}")
+    match_saved_config(directory, saved.config, model)
     native = single.optimizer_from_flat(
         load_file(str(directory / "optimizer.safetensors")), state["optimizer"]
     )

@@ -37,8 +37,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..layers.memory_config import INIT_ONLY_FIELDS
 from ..models.backbone import LanguageModel
-from ..models.pretrained import CheckpointError, load_model
+from ..models.pretrained import CheckpointError, load_model, match_saved_config
 from .run_dir import read_json_object, resolve_pointer
 from .state import load_state, save_state
 
@@ -286,10 +287,7 @@ def load_checkpoint(
     directory = Path(directory)
     state = verify_checkpoint(directory)
     saved = load_model(directory / "model")
-    if saved.config.to_dict() != model.config.to_dict():
-        raise CheckpointError(
-            f"{directory} holds a different model: {saved.config} vs {model.config}"
-        )
+    match_saved_config(directory, saved.config, model)
     model.load_state_dict(saved.state_dict())
     try:
         optimizer.load_state_dict(
@@ -370,10 +368,11 @@ def check_init_outside_run(source: str | Path, run_dir: str | Path) -> None:
 
 
 def _may_differ(key: str) -> bool:
-    """Config keys a fine-tuning run may change: ``init_*`` only set starting values of
-    parameters, which the copy overwrites, and ``decay_min`` is a bound on the decay gate,
-    not a weight (research/LOG.md: fine-tuning with the floor lowered)."""
-    return "init_" in key or key.rsplit(".", 1)[-1] == "decay_min"
+    """Config keys a fine-tuning run may change: ``init_*`` and ``INIT_ONLY_FIELDS`` only set
+    starting values of parameters, which the copy overwrites, and ``decay_min`` is a bound
+    on the decay gate, not a weight (research/LOG.md: fine-tuning with the floor lowered)."""
+    name = key.rsplit(".", 1)[-1]
+    return "init_" in key or name in INIT_ONLY_FIELDS or name == "decay_min"
 
 
 def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -44,14 +44,18 @@ FORMAT_7_FIELDS = {"timescale_ratio": 1.0}
 # Fields added in checkpoint format 8 (None: theta shares alpha's timescales, as in format 7).
 FORMAT_8_FIELDS = {"timescale_lr_ratio": None}
 # Fields that only choose how ``init_weights`` draws the parameters: a saved layer's weights
-# already carry their effect, so a config saved without them loads with the default.
+# already carry their effect, so a config saved without them loads (with the default, or
+# with ``INIT_ONLY_BEFORE``'s value where the default has changed since).
 INIT_ONLY_FIELDS = ("qk_init", "output_init")
+# A config saved before ``output_init`` existed was drawn at LeCun's scale, which the default
+# no longer is: such files load with the value they were drawn with.
+INIT_ONLY_BEFORE = {"output_init": 1.0}
 
 
 def upgrade_saved_memory(memory: dict) -> dict:
     """A complete MemoryConfig dict saved before some fields existed -- every field present
     but ``UNBOUNDED_GATES`` (all or none of them), ``LATER_FIELDS``, ``FORMAT_7_FIELDS`` and
-    ``FORMAT_8_FIELDS`` -- with the values
+    ``FORMAT_8_FIELDS`` and ``output_init`` (``INIT_ONLY_BEFORE``) -- with the values
     that reproduce the layer it was saved from (for saved configs without a format version,
     e.g. Hugging Face folders); any other dict unchanged (a partial dict takes today's
     defaults)."""
@@ -67,7 +71,7 @@ def upgrade_saved_memory(memory: dict) -> dict:
         return memory
     if not set(UNBOUNDED_GATES) & set(memory):
         memory = {**memory, **UNBOUNDED_GATES}
-    return {**LATER_FIELDS, **FORMAT_7_FIELDS, **FORMAT_8_FIELDS, **memory}
+    return {**LATER_FIELDS, **FORMAT_7_FIELDS, **FORMAT_8_FIELDS, **INIT_ONLY_BEFORE, **memory}
 
 
 @dataclass
@@ -97,11 +101,12 @@ class MemoryConfig:
     paths are drawn (``QK_INITS``). With "shifted" every seed binds on the recall task, where
     "independent" stuck in about one seed of three (docs/results.md, "Binding in every
     seed").
-    ``output_init`` (a number >= 0; "lecun" stands for 1, "zero" for 0) is the std of the MLP
-    and gated memories' last weight as a multiple of LeCun's: 1 draws it like the others, 0
-    starts it at zero, so that the untrained memory reads 0 (a residual one its key), as the
-    linear memory always does; the linear memory ignores it (docs/architectures.md,
-    "Initialisation").
+    ``output_init`` (a number >= 0, default 0.5; "lecun" stands for 1, "zero" for 0) is the
+    std of the MLP and gated memories' last weight as a multiple of LeCun's: 1 draws it like
+    the others, 0 starts it at zero, so that the untrained memory reads 0 (a residual one its
+    key), as the linear memory always does; the linear memory ignores it. Half LeCun's scale
+    lifts MQAR where 1 learned slowest and keeps the recall task's hold at 16x the length,
+    which 0 lost (docs/architectures.md, "Initialisation").
     ``timescale_ratio`` (1: off) gives the heads a spread of timescales, as Mamba's and
     RetNet's per-channel decays do: head h's theta and alpha are scaled by
     ``timescale_ratio ** (-h / (H - 1))``, so head 0 keeps the bounds above and the last head
@@ -148,7 +153,10 @@ class MemoryConfig:
     timescale_lr_ratio: float | None = None  # theta's own spread, 1..timescale_ratio (None: same)
     conv_kernel: int = 2  # 4 before 2026-12: wider taps smear the key over 4 tokens
     qk_init: str = "shifted"  # "shifted" | "matched" | "independent": see QK_INITS
-    output_init: float = 1.0  # an MLP memory's last weight's std / LeCun's ("zero" = 0)
+    # an MLP memory's last weight's std / LeCun's ("lecun" = 1, "zero" = 0): at 1 the untrained
+    # read outweighs a first write 3:1, at 0 long streams decay the memory into the zero
+    # point it cannot write from (docs/architectures.md, "Initialisation"); 1 before 2026-12-07
+    output_init: float = 0.5
     output_gate: str = "sigmoid"  # "sigmoid" | "silu"
 
     def __post_init__(self) -> None:

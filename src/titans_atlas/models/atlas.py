@@ -28,6 +28,9 @@ ATLAS_MEMORY = {
     "poly_degree": 2,
     "feature_projection": True,
     "update_rule": "muon",
+    # LeCun's last weight, the scale every ATLAS result was measured with; a residual memory
+    # reads its key whatever the scale (the layer's 0.5 is measured on the plain memories)
+    "output_init": 1.0,
 }
 
 

@@ -38,6 +38,7 @@ from torch import nn
 from ..layers.memory_config import (
     FORMAT_7_FIELDS,
     FORMAT_8_FIELDS,
+    INIT_ONLY_BEFORE,
     INIT_ONLY_FIELDS,
     LATER_FIELDS,
     UNBOUNDED_GATES,
@@ -214,10 +215,30 @@ def read_config(path: Path) -> ModelConfig:
         raise CheckpointError(f"{path} names unknown model {name!r}; known: {list(MODELS)}")
     _require_keys(config, ModelConfig, path, "config")
     _require_keys(config["memory"], MemoryConfig, path, "config.memory")
+    config = {**config, "memory": {**INIT_ONLY_BEFORE, **config["memory"]}}
     try:
         return ModelConfig.from_dict(config)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path} holds an invalid config: {err}") from err
+
+
+def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) -> None:
+    """CheckpointError unless ``saved`` (a checkpoint's model config) is ``model.config`` up
+    to the fields that only chose how the weights were drawn (``INIT_ONLY_FIELDS``). A run
+    begun before such a default changed (``output_init``: 1 -> 0.5 on 2026-12-07) is rebuilt
+    from its settings with today's default; it takes the saved values back, so what it saves
+    next still says how its weights were drawn."""
+    ours, theirs = model.config.to_dict(), saved.to_dict()
+    if ours == theirs:
+        return
+    if _architecture(ours) != _architecture(theirs):
+        raise CheckpointError(f"{where} holds a different model: {saved} vs {model.config}")
+    model.config = saved
+
+
+def _architecture(config: dict) -> dict:
+    memory = {k: v for k, v in config["memory"].items() if k not in INIT_ONLY_FIELDS}
+    return {**config, "memory": memory}
 
 
 def _require_keys(data: dict, cls: type, path: Path, what: str) -> None:

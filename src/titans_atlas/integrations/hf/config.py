@@ -2,7 +2,8 @@
 
 ``titans`` holds ``ModelConfig.to_dict()`` and is the only source of truth (a complete memory
 dict saved before the memory's stability fields existed is read with the values that give the
-layer it was saved from, as checkpoint format 2 is); the standard HF
+layer it was saved from, as checkpoint format 2 is, and one saved before ``output_init``
+with LeCun's last weight, 1); the standard HF
 names (``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``tie_word_embeddings``) mirror it for tools that read them, and a mirror that disagrees with
 it is a ValueError. ``tokenizer_spec`` records our tokenizer (``tokenizer_spec.json``) so an HF
