@@ -59,6 +59,7 @@ parameters, state size, final training loss, validation and test accuracy, secon
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -286,6 +287,11 @@ def last_weight_scale(model: str, overrides: list[str], saved_before: bool = Fal
     without one, as ``--set`` ``overrides`` give it. Part of a run's key: the layer's default
     went from 1 to 0.5 on 2026-12-07, and rows saved before record no value
     (``saved_before``: they drew at 1 unless their overrides said otherwise)."""
+    return _last_weight_scale(model, tuple(overrides), saved_before)
+
+
+@functools.cache  # a config build per call; the table asks again for every row it sorts
+def _last_weight_scale(model: str, overrides: tuple[str, ...], saved_before: bool):
     if model in NO_MEMORY:
         return None
     config = build_config("debug", overrides=["model.overrides={}", f"model.name={model}",
