@@ -44,7 +44,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..models.backbone import LanguageModel
-from ..models.pretrained import CheckpointError, load_model, match_saved_config
+from ..models.pretrained import CheckpointError, config_meta, load_model, match_saved_config
 from ..models.registry import build_model
 from ..models.rows import concat_rows, take_rows
 from ..models.state import ModelState
@@ -141,6 +141,7 @@ def save_sharded(
         state = {
             "format": single.FORMAT, "version": single.VERSION, "layout": "sharded",
             "world_size": parallel.world_size, **trainer_state, "optimizer": optim_meta,
+            "model": config_meta(model.config),  # the shards have no config.json of their own
         }  # fmt: skip
         (tmp / single.STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
         manifest[single.STATE_FILE] = {"bytes": (tmp / single.STATE_FILE).stat().st_size}

@@ -66,7 +66,7 @@ def save_model(model: nn.Module, directory: str | Path) -> None:
     directory = _as_path(directory)
     _check_tensors(dict(model.named_parameters()), "model", ValueError)
     directory.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()}
+    meta = config_meta(model.config)
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     # tied weights are stored once; the metadata guards against loading under another model
     save_safetensors(model, str(directory / WEIGHTS_FILE), metadata={"model": model.config.name})
@@ -177,6 +177,11 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"cannot read weights from {path}: {err}") from err
 
 
+def config_meta(config: ModelConfig) -> dict:
+    """What ``config.json`` holds: the format, its version and the config (JSON data)."""
+    return {"format": FORMAT, "version": FORMAT_VERSION, "config": config.to_dict()}
+
+
 def read_config(path: Path) -> ModelConfig:
     """The ModelConfig in a ``config.json`` of any readable format version, upgraded to the
     current fields; CheckpointError if it is not one (the MLX loader reads configs here too)."""
@@ -184,6 +189,12 @@ def read_config(path: Path) -> ModelConfig:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path} is not valid JSON: {err}") from err
+    return config_from_meta(meta, path)
+
+
+def config_from_meta(meta: Any, path: Path) -> ModelConfig:
+    """``read_config`` for JSON data already read (``config_meta``'s form) from ``path``
+    (named in errors): a training checkpoint's state file holds one too."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
         raise CheckpointError(f"{path} is not a {FORMAT} config")
     version = meta.get("version")

@@ -3,11 +3,14 @@ the formats in ``titans_atlas.io`` (single-process and sharded training checkpoi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..io.sharded import MODEL_DIR, SHARDS, write_consolidated
 from ..io.training import STATE_FILE, find_checkpoint, verify_checkpoint
-from ..models.pretrained import CheckpointError
+from ..layers.memory_config import INIT_ONLY_BEFORE
+from ..models.config import ModelConfig
+from ..models.pretrained import CONFIG_FILE, CheckpointError, config_from_meta, read_config
 from ..models.registry import build_model
 from ..validation import check_writable_dir
 from .config import RunConfig
@@ -23,8 +26,25 @@ def consolidate(checkpoint: str | Path, out_dir: str | Path | None = None) -> Pa
     state = verify_checkpoint(directory)
     if not (directory / SHARDS).is_dir():
         raise CheckpointError(f"{directory} is not a sharded checkpoint (no {SHARDS}/)")
+    return write_consolidated(build_model(saved_model_config(directory, state)), directory, out)
+
+
+def saved_model_config(directory: Path, state: dict) -> ModelConfig:
+    """The model config a checkpoint's weights were drawn and trained with: its state file's
+    own (``model``, written since 2026-12-08), else its exported ``model/config.json``, else
+    the run's settings rebuilt -- with the init-only fields a changed default would relabel
+    (``INIT_ONLY_BEFORE``: ``output_init`` was 1 before 2026-12-07) at their earlier value
+    where the settings did not choose them, since such a checkpoint predates both changes."""
+    where = directory / STATE_FILE
+    if "model" in state:
+        return config_from_meta(state["model"], where)
+    if (directory / MODEL_DIR / CONFIG_FILE).is_file():
+        return read_config(directory / MODEL_DIR / CONFIG_FILE)
     try:
-        model = build_model(RunConfig.from_dict(state["config"]).model.build())
+        model = RunConfig.from_dict(state["config"]).model
+        config = model.build()
     except ValueError as err:
-        raise CheckpointError(f"{directory / STATE_FILE} holds a bad config: {err}") from err
-    return write_consolidated(model, directory, out)
+        raise CheckpointError(f"{where} holds a bad config: {err}") from err
+    chosen = set(model.overrides) | {f"memory.{k}" for k in model.overrides}
+    before = {k: v for k, v in INIT_ONLY_BEFORE.items() if k not in chosen}
+    return replace(config, memory=replace(config.memory, **before))
