@@ -179,3 +179,24 @@ def test_output_init_scales_only_the_last_weight_by_its_number():
             for name in weights:
                 want = default[name] * scale if name == last else default[name]
                 torch.testing.assert_close(weights[name], want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("impl", ["chunk", "reference", "token"])
+@pytest.mark.parametrize("muon", [False, True])
+@pytest.mark.parametrize(
+    "memory",
+    [MLPMemory(dim_in=4, dim_out=4, depth=3), GatedMLPMemory(dim_in=4, dim_out=4)],
+    ids=["mlp-depth3", "gated"],
+)
+def test_the_final_state_keeps_the_initial_weights_order(memory, muon, impl):
+    """state.weights and state.momentum list their weights as init_weights does (w1 first),
+    whichever impl and rule computed them: a caller zipping or listing them gets the same
+    order back (the backward pass computes the last weight's factors first)."""
+    torch.manual_seed(0)
+    weights = memory.init_weights(num_heads=2)
+    state = memory.initial_state(weights, batch_size=1)
+    x, gate = torch.randn(1, 5, 2, 4), torch.rand(1, 5, 2) * 0.3
+    _, final = memory_scan(
+        memory, x, x, x, gate, gate, gate, state=state, chunk_size=2, impl=impl, muon=muon
+    )
+    assert list(final.weights) == list(final.momentum) == list(weights)

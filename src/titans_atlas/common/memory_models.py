@@ -241,7 +241,7 @@ class MLPSpec(MemorySpec):
         for i in range(self.depth - 1, 0, -1):
             delta = (delta @ self._transpose(weights[f"w{i + 1}"])) * slopes[i - 1]
             factors[f"w{i}"] = (inputs[i - 1], delta)
-        return factors
+        return {name: factors[name] for name in self.weight_shapes()}  # w1 first, as initialised
 
 
 @dataclass(frozen=True)

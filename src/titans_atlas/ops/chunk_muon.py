@@ -116,4 +116,4 @@ def muon_chunk_step(
         new_weights[name] = coef.end_keep[..., None, None] * weights[name] - step
         if anchor is not None:
             new_weights[name] = new_weights[name] + coef.end_anchor[..., None, None] * anchor[name]
-    return y, new_weights, new_momentum
+    return y, new_weights, {name: new_momentum[name] for name in factors}  # the weights' order
