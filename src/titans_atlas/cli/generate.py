@@ -27,7 +27,7 @@ from ..compiling import DECODE_PAYS_AFTER_STEPS, DecodeStep
 from ..generation import Sampler, SamplingConfig, compiled_decode_step, prefill
 from ..io import CheckpointError, load_model
 from ..io.state import load_state, save_state
-from ..io.training import resolve_model_dir
+from ..io.training import CHECKPOINTS, resolve_model_dir
 from ..models.backbone import LanguageModel, ModelState
 from ..tokenizers import Tokenizer, load_model_tokenizer
 from ..validation import (
@@ -153,6 +153,21 @@ def stream_generate(
     return state, new
 
 
+def _check_save_target(args: argparse.Namespace) -> None:
+    """``--save-state`` may overwrite a state file (a session saved back where it was loaded
+    from), never the model it runs, a checkpoint or the prompt it reads."""
+    target = Path(args.save_state).resolve()
+    model_dir = resolve_model_dir(args.checkpoint, "best" if args.best else "latest").resolve()
+    protected = [(model_dir, "the model directory")]
+    if model_dir.parent.parent.name == CHECKPOINTS:  # RUN/checkpoints/step_N/model
+        protected.append((model_dir.parent.parent, "the run's checkpoints"))
+    for folder, what in protected:
+        if target == folder or folder in target.parents:
+            raise ValueError(f"--save-state {args.save_state} is inside {what} ({folder})")
+    if args.prompt_file and Path(args.prompt_file).resolve() == target:
+        raise ValueError(f"--save-state {args.save_state} is the --prompt-file it reads")
+
+
 def _load(args: argparse.Namespace) -> tuple[LanguageModel, Tokenizer, ModelState | None]:
     directory = resolve_model_dir(args.checkpoint, "best" if args.best else "latest")
     if args.backend == "mlx":
@@ -200,6 +215,7 @@ def run_generate(args: argparse.Namespace) -> int:
             check_device("--device", args.device)
         if args.save_state:
             check_writable_file("--save-state", args.save_state)
+            _check_save_target(args)
         sampling = SamplingConfig(
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
             repetition_penalty=args.repetition_penalty, greedy=args.greedy,

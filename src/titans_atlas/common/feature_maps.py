@@ -11,10 +11,18 @@ from functools import lru_cache
 
 from ..validation import check_int
 
+MAX_POLYNOMIAL_WIDTH = 2**17  # degree 3 of a 64-wide head is 47,905; 2 of a 256-wide 33,153
+
 
 def polynomial_width(dim: int, degree: int) -> int:
     """Number of monomials of degree 0..degree in ``dim`` variables: C(dim + degree, degree)."""
-    return math.comb(dim + degree, degree)
+    width = math.comb(dim + degree, degree)
+    if width > MAX_POLYNOMIAL_WIDTH:  # its memory would not fit: refuse before allocating
+        raise ValueError(
+            f"poly_degree={degree} maps a {dim}-wide head to {width:,} features; at most "
+            f"{MAX_POLYNOMIAL_WIDTH:,} (a lower poly_degree, or narrower heads)"
+        )
+    return width
 
 
 def taylor_scales(degree: int) -> list[float]:

@@ -35,6 +35,9 @@ ACTIVATIONS = ("gelu", "silu")
 OUTPUT_INITS = {"lecun": 1.0, "zero": 0.0}
 
 
+MAX_OUTPUT_INIT = 10.0  # 10x LeCun's std; far past it the first reads overflow to NaN
+
+
 def output_init_scale(value: Any) -> float:
     """``output_init`` as the number it means: a finite number >= 0 (the last weight's std as
     a multiple of LeCun's), or "lecun" (1) / "zero" (0); ValueError naming it otherwise."""
@@ -45,10 +48,11 @@ def output_init_scale(value: Any) -> float:
             scale = float(value)
         except OverflowError:  # an int past float's range
             scale = math.inf
-        if math.isfinite(scale) and scale >= 0:
+        if math.isfinite(scale) and 0 <= scale <= MAX_OUTPUT_INIT:
             return scale + 0.0  # -0.0 -> 0.0
     raise ValueError(
-        "output_init must be a number >= 0 (the last weight's std as a multiple of LeCun's) "
+        f"output_init must be a number in [0, {MAX_OUTPUT_INIT:g}] (the last weight's std as a "
+        "multiple of LeCun's) "
         f"or one of {tuple(OUTPUT_INITS)}, got {value!r}"
     )
 

@@ -96,6 +96,7 @@ def fresh_run(run_dir: Path, resume: bool | str, force: bool) -> str | None:
     if here:
         return None
     if force:
+        _check_forced(Path(run_dir))  # before anything is built
         return "force" if earlier_run(run_dir) else "fresh"
     check_fresh(run_dir)
     return "fresh"
@@ -106,8 +107,32 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _not_a_run_file(folder: Path) -> str | None:
+    """The first entry of ``checkpoints/`` that no training writes (a step folder, a pointer,
+    a save in progress), or None: ``--force`` deletes a run's checkpoints, not a folder of
+    the same name that holds something else."""
+    for entry in sorted(folder.iterdir()):
+        if not (entry.name.startswith(("step_", ".tmp-", ".latest.json.", ".best.json."))
+                or entry.name in ("latest.json", "best.json")):  # fmt: skip
+            return entry.name
+    return None
+
+
+def _check_forced(run_dir: Path) -> None:
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_dir() and not checkpoints.is_symlink():
+        stranger = _not_a_run_file(checkpoints)
+        if stranger is not None:
+            raise ValueError(
+                f"--force would delete {checkpoints}, which holds {stranger!r}, not a "
+                "training's file: move it, or choose another --out"
+            )
+
+
 def clear_earlier_run(run_dir: str | Path) -> None:
-    """Delete what an earlier run wrote (``--force``); other files in the folder stay."""
+    """Delete what an earlier run wrote (``--force``); other files in the folder stay. A
+    ``checkpoints/`` holding anything a run does not write is refused, nothing deleted."""
+    _check_forced(Path(run_dir))
     for name in earlier_run(run_dir):
         path = Path(run_dir) / name
         if path.is_dir() and not path.is_symlink():

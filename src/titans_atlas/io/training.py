@@ -325,14 +325,22 @@ def resolve_model_dir(path: str | Path, which: str = "latest") -> Path:
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
     if (path / "model" / "config.json").is_file():
-        return path / "model"
+        return _model_inside(path)
     checkpoint = find_checkpoint(path, which)
     if not (checkpoint / "model").is_dir() and (checkpoint / "shards").is_dir():
         raise CheckpointError(
             f"{checkpoint} holds sharded weights only (train.export_model=false): write its "
             f"model directory with `titans consolidate {checkpoint}`"
         )
-    return checkpoint / "model"
+    return _model_inside(checkpoint)
+
+
+def _model_inside(checkpoint: Path) -> Path:
+    """``checkpoint``'s ``model/``, which must not be a link to a folder elsewhere."""
+    model = checkpoint / "model"
+    if model.resolve().parent != checkpoint.resolve():
+        raise CheckpointError(f"{model} is a link that leads outside {checkpoint}")
+    return model
 
 
 def load_initial_weights(model: LanguageModel, source: str | Path, run_dir: Path) -> None:

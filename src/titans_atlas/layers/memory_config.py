@@ -171,15 +171,17 @@ class MemoryConfig:
         self.output_init = output_init_scale(self.output_init)  # "lecun" / "zero": 1 / 0
         for name in ("residual", "feature_projection"):
             check_bool(name, getattr(self, name))
-        for name, minimum in (
-            ("chunk_size", 1),
-            ("omega_window", 1),
-            ("depth", 2),
-            ("poly_degree", 1),
-            ("conv_kernel", 1),
+        # upper ends: sizes far past any model, refused before they allocate (a memory of
+        # depth 10^6 or a kernel of 10^9 taps would end in the allocator's error)
+        for name, minimum, maximum in (
+            ("chunk_size", 1, 2**16),
+            ("omega_window", 1, 2**12),
+            ("depth", 2, 64),
+            ("poly_degree", 1, 16),
+            ("conv_kernel", 1, 2**10),
         ):
-            check_int(name, getattr(self, name), minimum)
-        check_number("expansion", self.expansion, 0.0)
+            check_int(name, getattr(self, name), minimum, maximum)
+        check_number("expansion", self.expansion, 0.0, 64.0, open_high=False)
         self._check_gate_bounds()
         if self.init_omega is not None:
             check_number("init_omega", self.init_omega, 0.0, 1.0)
@@ -191,7 +193,8 @@ class MemoryConfig:
     def _check_gate_bounds(self) -> None:
         """Each gate's range, and an untrained value strictly inside it (a finite logit)."""
         check_choice("decay_target", self.decay_target, DECAY_TARGETS)
-        check_number("lr_max", self.lr_max, 0.0)
+        # 10: a hundred times the default step; far past it the gates overflow to inf / NaN
+        check_number("lr_max", self.lr_max, 0.0, 10.0, open_high=False)
         check_number("momentum_max", self.momentum_max, 0.0, 1.0, open_low=False, open_high=False)
         check_number("decay_min", self.decay_min, 0.0, 1.0, open_low=False)
         if self.max_grad_norm is not None:

@@ -19,6 +19,8 @@ MAX_VOCAB_SIZE = 2**24
 # The attention cache is a ring of ``window`` slots per layer, allocated at the first call
 # whatever the input's length: a window of 10^9 asked for 128 GB before anything ran.
 MAX_WINDOW = 2**20
+# Widths and depths far past any model (a dim of 2^40 overflowed the storage size computation)
+MAX_DIM, MAX_DEPTH = 2**16, 2**10
 MAC_MEMORY_INPUTS = ("attention", "input")
 MAG_GATES = ("memory", "attention")
 MAC_GATES = MAG_GATES  # MAC's eq. 25 uses MAG's gate: the same two orientations
@@ -87,11 +89,11 @@ class ModelConfig:
         if not isinstance(self.name, str):
             raise ValueError(f"name must be a model name (str), got {self.name!r}")
         check_int("vocab_size", self.vocab_size, 1, MAX_VOCAB_SIZE)
-        for name in ("dim", "depth", "num_heads"):
-            check_int(name, getattr(self, name), 1)
+        for name, maximum in (("dim", MAX_DIM), ("depth", MAX_DEPTH), ("num_heads", MAX_DIM)):
+            check_int(name, getattr(self, name), 1, maximum)
         check_int("window", self.window, 1, MAX_WINDOW)
-        check_int("num_persistent", self.num_persistent, 0)
-        check_number("ffn_expansion", self.ffn_expansion, 0.0)
+        check_int("num_persistent", self.num_persistent, 0, MAX_WINDOW)
+        check_number("ffn_expansion", self.ffn_expansion, 0.0, 64.0, open_high=False)
         check_number("rope_base", self.rope_base, 1.0)
         check_number("norm_eps", self.norm_eps, 0.0, 1.0)
         check_bool("tie_embeddings", self.tie_embeddings)

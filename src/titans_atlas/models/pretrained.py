@@ -88,6 +88,10 @@ def load_model(
     for path in (config_path, weights_path):
         if not path.is_file():
             raise CheckpointError(f"checkpoint is missing {path}")
+        if path.resolve().parent != directory.resolve():  # what a model directory holds
+            raise CheckpointError(
+                f"{path} is a link that leads outside {directory} (to {path.resolve()})"
+            )
     config = read_config(config_path)
     saved_as = _weights_model_name(weights_path)
     if saved_as is not None and saved_as != config.name:
@@ -117,11 +121,17 @@ def _as_device(device: Any) -> torch.device:
         raise ValueError(f"device must name a torch device, got {device!r}") from err
 
 
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
 def _check_tensors(tensors: dict[str, torch.Tensor], where: str, error: type) -> None:
     """Every tensor floating point, materialised and finite (one pass, before any use)."""
     for name, tensor in tensors.items():
-        if not tensor.is_floating_point():
-            raise error(f"{where}: tensor {name!r} has dtype {tensor.dtype}, not floating point")
+        if tensor.dtype not in WEIGHT_DTYPES:  # float8 and friends: no isfinite, no matmul
+            raise error(
+                f"{where}: tensor {name!r} has dtype {tensor.dtype}; weights are one of "
+                f"{', '.join(str(d).removeprefix('torch.') for d in WEIGHT_DTYPES)}"
+            )
         if tensor.is_meta:
             raise error(f"{where}: tensor {name!r} is on the meta device (no values to save)")
         if not torch.isfinite(tensor).all():
@@ -189,6 +199,8 @@ def read_config(path: Path) -> ModelConfig:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path} is not valid JSON: {err}") from err
+    except (RecursionError, ValueError) as err:  # nesting too deep; an int of 5,000 digits
+        raise CheckpointError(f"{path} is not a config.json this library reads: {err}") from err
     return config_from_meta(meta, path)
 
 

@@ -91,7 +91,12 @@ def text_files(source: str) -> list[Path]:
         files = [Path(p) for p in sorted(glob.glob(source, recursive=True))]
     elif Path(source).is_dir():  # hidden files and folders (.git/, .DS_Store) are not data
         root = Path(source)
-        if shard_files(root):  # not text: the ids of a prepare that did not finish
+        if shard_files(root):  # not text: token ids
+            if (root / SHARD_META).is_file():  # a finished prepare, read where text is wanted
+                raise ValueError(
+                    f"{source!r} is a shard folder (token ids from titans prepare), not text: "
+                    "train on it directly (--data), or prepare the text it came from"
+                )
             raise ValueError(
                 f"data.source {source!r} holds shard files ({shard_files(root)[0].name}) but "
                 f"no {SHARD_META}: an interrupted titans prepare; prepare it again into an "
