@@ -17,7 +17,14 @@ import random
 from pathlib import Path
 
 from ..extras import require
-from ..tasks.babi import STYLE_LABEL, babi_file, build_style_sample, parse_babi
+from ..tasks.babi import (
+    PROMPT_RESERVE,
+    STYLE_LABEL,
+    BabiQuestion,
+    babi_file,
+    build_style_sample,
+    parse_babi,
+)
 from ..tasks.babilong import ANSWER_PREFIX, TEMPLATE, format_prompt  # noqa: F401
 from ..tasks.haystack import book_sentences
 from ..tokenizers import Tokenizer, say_network
@@ -113,12 +120,18 @@ def _style_samples(settings: EvalSettings, tokenizer: Tokenizer):
             "../shared/data/babi) and --haystack-dir (book *.txt files, e.g. "
             "../shared/data/gutenberg)"
         )
-    sentences = book_sentences(str(settings.haystack_dir))
+    if not settings.babi_tasks:
+        raise ValueError("babi_tasks (--babi-tasks) is empty: name at least one of qa1-qa5")
+    asked = {}  # every file read and every length checked before the first sample is built
     for task in settings.babi_tasks:
         babilong_labels(task)  # only qa1-qa5 have the benchmark's label sets
         questions = parse_babi(babi_file(settings.babi_dir, task, settings.babi_split))
-        for length in settings.lengths or DEFAULT_LENGTHS:
-            for index, item in enumerate(questions[: settings.samples]):
+        asked[task] = questions[: settings.samples]
+    lengths = _style_lengths(settings, tokenizer, asked)
+    sentences = book_sentences(str(settings.haystack_dir))
+    for task, questions in asked.items():
+        for length in lengths:
+            for index, item in enumerate(questions):
                 rng = random.Random(f"{settings.seed}:{task}:{length}:{index}")
                 sample = build_style_sample(item, tokenizer, length, sentences, rng)
                 prompt = format_prompt(sample["context"], sample["question"])
@@ -129,6 +142,31 @@ def _style_samples(settings: EvalSettings, tokenizer: Tokenizer):
                     "source": STYLE_LABEL,
                     "num_tokens": len(tokenizer.encode(prompt)),
                 }
+
+
+def _style_lengths(
+    settings: EvalSettings, tokenizer: Tokenizer, asked: dict[str, list[BabiQuestion]]
+) -> tuple[int, ...]:
+    """The lengths to build: each must hold the prompt reserve and the facts of every
+    question asked (below that no noise is added and the prompt would be reported at a
+    length it does not have), or be 0 (the facts alone). A given length that does not is
+    an error naming --lengths and the minimum; the defaults keep those that fit."""
+    least = {
+        task: PROMPT_RESERVE
+        + max(sum(len(tokenizer.encode(" " + fact)) for fact in item.facts) for item in items)
+        for task, items in asked.items()
+    }
+    task, minimum = max(least.items(), key=lambda pair: pair[1])
+    if not settings.lengths:
+        return tuple(n for n in DEFAULT_LENGTHS if n == 0 or n >= minimum)
+    for length in settings.lengths:
+        if 0 < length < minimum:
+            raise ValueError(
+                f"babilong-style --lengths {length} cannot hold the {PROMPT_RESERVE}-token "
+                f"prompt reserve plus the facts of {task} ({minimum - PROMPT_RESERVE} tokens "
+                f"for the questions asked): give 0 (the facts alone) or a length >= {minimum}"
+            )
+    return settings.lengths
 
 
 def _summarize(outcomes: list[dict], settings: EvalSettings) -> dict:

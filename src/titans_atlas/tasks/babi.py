@@ -54,7 +54,8 @@ def babi_file(babi_dir: str | Path, task: str, split: str = "test") -> Path:
 
 
 def parse_babi(path: str | Path) -> list[BabiQuestion]:
-    """Every question of a bAbI file as a sample with the statements before it."""
+    """Every question of a bAbI file as a sample with the statements before it; ValueError
+    naming the file when it holds none."""
     samples: list[BabiQuestion] = []
     facts: list[tuple[int, str]] = []
     for number, line in enumerate(read_text_file(path, "bAbI file").splitlines(), 1):
@@ -78,6 +79,11 @@ def parse_babi(path: str | Path) -> list[BabiQuestion]:
                 answer=answer.strip(),
                 supporting=tuple(index_of[i] for i in ids if i in index_of),
             )
+        )
+    if not samples:
+        raise ValueError(
+            f"bAbI file {str(path)!r} holds no questions (lines 'ID question<TAB>answer<TAB>"
+            "supporting ids'): pass a bAbI tasks v1.2 qaN_*_{test,train}.txt file"
         )
     return samples
 

@@ -70,6 +70,16 @@ class BabilongStyle:
     tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
 
     def __post_init__(self) -> None:
+        for name in ("babi_dir", "haystack_dir", "task", "split", "val_split"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(
+                    f"data.task_args.{name} must be a string, got {getattr(self, name)!r}"
+                )
+        if not all(hasattr(self.tokenizer, a) for a in ("encode", "decode", "vocab_size")):
+            raise ValueError(
+                "data.task_args.tokenizer must be a Tokenizer object (leave it out for the "
+                f"byte tokenizer), got {self.tokenizer!r}"
+            )
         for name in ("babi_dir", "haystack_dir"):
             if not getattr(self, name):
                 raise ValueError(
@@ -77,10 +87,14 @@ class BabilongStyle:
                     f"../shared/data/{'babi' if name == 'babi_dir' else 'gutenberg'})"
                 )
         babilong_labels(self.task)  # ValueError for tasks without the benchmark's labels
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int):
+            raise ValueError(f"train.seq_len must be an integer >= 64, got {self.seq_len!r}")
         if self.seq_len < 64:
             raise ValueError(f"train.seq_len must be >= 64 for babilong_style, got {self.seq_len}")
         for split in (self.split, self.val_split):  # missing files fail now, not after training
-            babi_file(self.babi_dir, self.task, split)
+            questions = tuple(parse_babi(babi_file(self.babi_dir, self.task, split)))  # empty too
+            if split == self.split:
+                self.__dict__["questions"] = questions  # the cached_property's value
         if not any(Path(self.haystack_dir).glob("*.txt")):
             raise ValueError(
                 f"data.task_args.haystack_dir={self.haystack_dir!r} holds no *.txt book files"

@@ -6,11 +6,33 @@ Axes: B batch rows, T tokens.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
 IGNORE = -100  # label of an unscored position (torch's cross_entropy ignore_index)
+
+
+def task_arg(name: str) -> str:
+    """How a run's config names a training task's argument: ``train.seq_len`` for the
+    sequence length, ``data.task_args.NAME`` for the others."""
+    return "train.seq_len" if name == "seq_len" else f"data.task_args.{name}"
+
+
+def check_task_ints(task: object, minimums: dict[str, int], optional: tuple[str, ...] = ()) -> None:
+    """Each field ``name`` of ``task`` in ``minimums`` must be an integer (not a bool, a float
+    or a string) >= its minimum; those in ``optional`` may also be None (the default). Checked
+    when the task is built, so a bad ``data.task_args`` value is one ValueError naming it
+    before the run starts, not a TypeError from the first batch."""
+    for name, minimum in minimums.items():
+        value: Any = getattr(task, name)
+        if value is None and name in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            valid = f"an integer >= {minimum}" + (
+                " or null (the default)" if name in optional else ""
+            )
+            raise ValueError(f"{task_arg(name)} must be {valid}, got {value!r}")
 
 
 class Batch(NamedTuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .base import IGNORE, Batch
+from .base import IGNORE, Batch, check_task_ints
 
 
 def kv_recall_batch(
@@ -63,10 +63,15 @@ def kv_recall_batch(
 def _free_pair_starts(rng: np.random.Generator, end: int, taken: int, count: int) -> list[int]:
     """``count`` starts of 2-token slots in [0, end) that overlap neither each other nor the
     slot at ``taken``."""
-    slots = [s for s in range(0, end - 1, 2) if abs(s - taken) > 1]
+    slots = _free_slots(end, taken)
     if len(slots) < count:
         raise ValueError(f"no room for {count} distractor pairs in {end} tokens")
     return sorted(rng.choice(slots, count, replace=False).tolist())
+
+
+def _free_slots(end: int, taken: int) -> list[int]:
+    """Starts of the 2-token slots in [0, end) that do not overlap the slot at ``taken``."""
+    return [s for s in range(0, end - 1, 2) if abs(s - taken) > 1]
 
 
 @dataclass(frozen=True)
@@ -83,14 +88,23 @@ class KeyValueRecall:
     num_fillers: int = 16
 
     def __post_init__(self) -> None:
-        if self.num_pairs < 1 or self.num_pairs > self.num_keys:
+        check_task_ints(
+            self,
+            {"seq_len": 1, "num_pairs": 1, "distance": 0, "num_keys": 1, "num_values": 1,
+             "num_fillers": 1},
+            optional=("distance",),
+        )  # fmt: skip
+        if self.num_pairs > self.num_keys:
             raise ValueError(
-                f"num_pairs must lie in [1, num_keys={self.num_keys}], got {self.num_pairs}"
+                f"data.task_args.num_pairs must lie in [1, num_keys={self.num_keys}], "
+                f"got {self.num_pairs}"
             )
-        if self.gap < 0:
+        if self.gap < 0 or 4 * self.num_pairs + self.gap > self.seq_len + 1:
             raise ValueError(
-                f"seq_len={self.seq_len} cannot hold {self.num_pairs} pairs twice and "
-                f"distance {self.distance}"
+                f"train.seq_len={self.seq_len} cannot hold data.task_args.num_pairs="
+                f"{self.num_pairs} pairs twice and data.task_args.distance={self.distance}: "
+                "need 4 * num_pairs + distance <= seq_len + 1 (with distance null, "
+                "4 * num_pairs <= seq_len)"
             )
 
     @property
@@ -141,11 +155,32 @@ class DistanceRecall:
     max_distance: int | None = None
 
     def __post_init__(self) -> None:
+        check_task_ints(
+            self,
+            {"seq_len": 3, "vocab_size": 1, "num_pairs": 1, "min_distance": 1, "max_distance": 1},
+            optional=("max_distance",),
+        )
         top = self.top_distance
-        if not 1 <= self.min_distance <= top <= self.seq_len - 2:
+        if not self.min_distance <= top <= self.seq_len - 2:
             raise ValueError(
-                f"need 1 <= min_distance <= max_distance <= seq_len - 2 = {self.seq_len - 2}, "
-                f"got min_distance={self.min_distance}, max_distance={self.max_distance}"
+                "need 1 <= data.task_args.min_distance <= data.task_args.max_distance <= "
+                f"train.seq_len - 2 = {self.seq_len - 2}, got min_distance={self.min_distance}, "
+                f"max_distance={self.max_distance}"
+            )
+        if self.vocab_size // 2 - 1 <= self.num_pairs:
+            raise ValueError(
+                f"data.task_args.vocab_size={self.vocab_size} leaves no noise ids for "
+                f"num_pairs={self.num_pairs}: it must be >= 2 * num_pairs + 4"
+            )
+        # the distractors' room is smallest where the queried pair splits two slots; the
+        # three smallest distances hold both parities of its place
+        distances = range(self.min_distance, min(top, self.min_distance + 2) + 1)
+        room = min(len(_free_slots(self.seq_len - 1, self.seq_len - 2 - d)) for d in distances)
+        if self.num_pairs - 1 > room:
+            raise ValueError(
+                f"data.task_args.num_pairs={self.num_pairs} does not fit train.seq_len="
+                f"{self.seq_len}: at most {room + 1} pairs (one queried, the others "
+                "distractors in free 2-token slots)"
             )
 
     @property
@@ -190,22 +225,31 @@ class MultiQueryRecall:
     layout: str = "end"  # "end" | "interleaved"
 
     def __post_init__(self) -> None:
-        if self.layout not in ("end", "interleaved"):
-            raise ValueError(f"layout must be 'end' or 'interleaved', got {self.layout!r}")
+        check_task_ints(
+            self,
+            {"seq_len": 1, "vocab_size": 1, "num_pairs": 1, "num_queries": 1},
+            optional=("num_queries",),
+        )
+        if not isinstance(self.layout, str) or self.layout not in ("end", "interleaved"):
+            raise ValueError(
+                f"data.task_args.layout must be 'end' or 'interleaved', got {self.layout!r}"
+            )
         keys = self.vocab_size // 2 - 1
         if not 1 <= self.num_pairs < keys:
             raise ValueError(
-                f"num_pairs must lie in [1, {keys - 1}] (vocab_size={self.vocab_size} leaves "
-                f"{keys} key ids and noise needs one), got {self.num_pairs}"
+                f"data.task_args.num_pairs must lie in [1, {keys - 1}] (vocab_size="
+                f"{self.vocab_size} leaves {keys} key ids and noise needs one), "
+                f"got {self.num_pairs}"
             )
         if not 1 <= self.queries <= self.num_pairs:
             raise ValueError(
-                f"num_queries must lie in [1, num_pairs={self.num_pairs}], got {self.num_queries}"
+                f"data.task_args.num_queries must lie in [1, num_pairs={self.num_pairs}], "
+                f"got {self.num_queries}"
             )
         needed = self.num_pairs + (self.queries if self.layout == "interleaved" else 0)
         if self.slots < needed:
             raise ValueError(
-                f"seq_len={self.seq_len} has {self.slots} free 2-token slots, "
+                f"train.seq_len={self.seq_len} has {self.slots} free 2-token slots, "
                 f"num_pairs={self.num_pairs} with layout={self.layout!r} needs {needed}"
             )
 

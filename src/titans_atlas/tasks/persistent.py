@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .base import check_task_ints
 from .kv import MultiQueryRecall
 
 
@@ -53,11 +54,17 @@ class PersistentRecall:
     new_pairs: int = 0
 
     def __post_init__(self) -> None:
+        check_task_ints(
+            self,
+            {"seq_len": 1, "vocab_size": 1, "num_pairs": 1, "num_queries": 1, "new_pairs": 0},
+            optional=("num_queries",),
+        )
         room = self.vocab_size // 2 - 2 - self.num_pairs  # key ids left beside one for noise
-        if self.new_pairs and not 0 <= self.new_pairs <= room:
+        if self.new_pairs and not self.new_pairs <= room:
             raise ValueError(
-                f"new_pairs must lie in [0, {room}] (vocab_size={self.vocab_size} and "
-                f"num_pairs={self.num_pairs} leave that many key ids), got {self.new_pairs}"
+                f"data.task_args.new_pairs must lie in [0, {room}] (vocab_size="
+                f"{self.vocab_size} and num_pairs={self.num_pairs} leave that many key ids), "
+                f"got {self.new_pairs}"
             )
         self.one_sequence()  # ValueErrors for bad arguments, as kv_multi raises them
 
