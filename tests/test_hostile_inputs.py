@@ -181,3 +181,31 @@ def test_prepare_on_a_finished_shard_folder_says_what_it_is(tmp_path, capsys):
     capsys.readouterr()
     assert main(["prepare", str(tmp_path / "shards"), "--out", str(tmp_path / "again")]) == 2
     assert "is a shard folder (token ids from titans prepare), not text" in capsys.readouterr().err
+
+
+def test_best_on_one_model_and_a_missing_pointer_say_what_is_wrong(run, model_dir):
+    from titans_atlas.io.training import resolve_model_dir
+
+    with pytest.raises(CheckpointError, match="is one model, not a run directory: --best"):
+        resolve_model_dir(model_dir, "best")
+    step = next((run / "checkpoints").glob("step_*"))
+    with pytest.raises(CheckpointError, match="is one model, not a run directory: --best"):
+        resolve_model_dir(step, "best")
+    assert resolve_model_dir(model_dir) == model_dir
+
+
+def test_a_run_without_its_pointer_names_the_missing_file(tmp_path):
+    from titans_atlas.io.training import find_checkpoint
+
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match=r"checkpoints has no latest\.json"):
+        find_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match=r"has no best\.json \(no evaluation has run"):
+        find_checkpoint(tmp_path, "best")
+
+
+def test_a_jsonl_text_field_that_is_not_a_string_is_named(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": 5}\n')
+    assert main(train_argv(tmp_path / "run", f"--set=data.source={data}")) == 2
+    assert "field 'text' must be a string, got int" in capsys.readouterr().err

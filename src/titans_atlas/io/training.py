@@ -315,6 +315,12 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
         target = resolve_pointer(root, BEST if which == "best" else LATEST)
         if target is not None:
             return target
+    pointer = BEST if which == "best" else LATEST
+    if (path / CHECKPOINTS).is_dir():  # a run whose pointer is missing: say which
+        raise CheckpointError(
+            f"{path / CHECKPOINTS} has no {pointer}"
+            + (" (no evaluation has run: drop --best)" if which == "best" else "")
+        )
     raise CheckpointError(f"{path} is neither a run directory nor a training checkpoint")
 
 
@@ -322,7 +328,10 @@ def resolve_model_dir(path: str | Path, which: str = "latest") -> Path:
     """The model directory behind ``path``: a model directory itself, a training checkpoint
     (its ``model/``), or a run directory (the ``which`` = latest / best checkpoint's model)."""
     path = Path(path)
-    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+    single = (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    if which == "best" and (single or (path / MANIFEST).is_file()):
+        raise CheckpointError(f"{path} is one model, not a run directory: --best picks a run's")
+    if single:
         return path
     if (path / "model" / "config.json").is_file():
         return _model_inside(path)

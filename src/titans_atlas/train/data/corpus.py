@@ -138,8 +138,11 @@ def _jsonl_texts(path: Path, field: str) -> Iterator[str]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number} is not valid JSON: {err}") from err
-            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            if not isinstance(record, dict) or field not in record:
                 raise ValueError(f"{path}:{number} has no text field {field!r} (data.text_field)")
+            if not isinstance(record[field], str):
+                kind = type(record[field]).__name__
+                raise ValueError(f"{path}:{number}: field {field!r} must be a string, got {kind}")
             yield record[field]
 
 
