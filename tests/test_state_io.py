@@ -26,10 +26,11 @@ def _write(path, structure) -> None:
         "os:system",
     ],
 )
-def test_an_unregistered_class_is_refused_and_imports_nothing(tmp_path, name):
+def test_an_unregistered_class_is_refused_and_imports_nothing(tmp_path, name, monkeypatch):
     module = name.partition(":")[0]
-    if module.startswith("titans_atlas."):
-        sys.modules.pop(module, None)  # so that an import would show
+    if module.startswith("titans_atlas."):  # so that an import would show; put back after:
+        monkeypatch.delitem(sys.modules, module, raising=False)  # a later import of it would
+        # make a second module, whose classes compiled code's guards tell from the first
     before = _ours()
     _write(tmp_path / "s.safetensors", {"dataclass": name, "fields": {}})
     with pytest.raises(ValueError, match="stream-state classes") as caught:

@@ -42,7 +42,10 @@ def rewrite_state(step: Path, change) -> None:
     (step / "trainer_state.json").write_text(json.dumps(state))
     manifest = json.loads((step / "manifest.json").read_text())
     data = (step / "trainer_state.json").read_bytes()
-    manifest["trainer_state.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["trainer_state.json"] = {
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
     (step / "manifest.json").write_text(json.dumps(manifest))
 
 

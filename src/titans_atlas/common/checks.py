@@ -38,6 +38,15 @@ def check_state_layout(
     position, size, window = state.position, chunk_size, omega_window
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
+    for name in ("chunk_size", "omega_window"):  # a string "16" read as 16 was "16 != 16"
+        value = getattr(state, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(
+                f"state.{name} must be None or an integer >= 1, "
+                f"got {value!r} ({type(value).__name__})"
+            )
+        if value is not None and value < 1:
+            raise ValueError(f"state.{name} must be None or an integer >= 1, got {value}")
     if state.chunk_size is not None and state.chunk_size != size and position > 0:
         raise ValueError(
             f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "

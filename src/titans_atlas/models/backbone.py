@@ -18,6 +18,7 @@ from torch import nn
 
 from ..layers.neural_memory import NeuralMemory
 from ..ops import validating
+from ..ops.checks import value_checks_enabled
 from ..validation import check_bool, check_token_ids, compiling
 from .config import ModelConfig
 from .pretrained import CheckpointError, load_model, save_model
@@ -126,7 +127,10 @@ class LanguageModel(nn.Module):
         check_bool("last_only", last_only)
         if state is not None:
             kinds = tuple(block.state_class for block in self.blocks)
-            check_state(state, self.fingerprint, kinds, input_ids.shape[0])
+            # the caches' values (a host sync) as the memory layers' are: validate on, the
+            # ops.validating default on, not while torch.compile traces
+            values = self.validate and value_checks_enabled() and not compiling()
+            check_state(state, self.fingerprint, kinds, input_ids.shape[0], values=values)
 
     def compile_blocks(self, **compile_options: Any) -> LanguageModel:
         """Compile each block in place with ``torch.compile(**compile_options)``, torchtitan's

@@ -15,11 +15,19 @@ from typing import Any
 
 import torch
 
+from ..common.attention import VisibilityRule
+from ..layers.attention import EMPTY_POSITION, KVCache
 from ..layers.neural_memory import MemoryLayerState
+from ..ops.checks import value_checks_enabled
 from ..ops.state import map_tensors
+from ..validation import compiling
 from .config import ModelConfig
 
 Fingerprint = tuple[tuple[str, Any], ...]
+# The largest stream position a state may stand at: far past any real stream (2**53 tokens),
+# and small enough that positions stay exact in float64 and that the cache's masks
+# (position - EMPTY_POSITION) never overflow int64.
+MAX_POSITION = 2**53
 # The fields that decide the shapes and meaning of a stream's state (vocab_size,
 # num_persistent, norms and gate initialisations do not).
 STATE_FIELDS = ("name", "dim", "depth", "num_heads", "window")
@@ -85,29 +93,39 @@ class ModelState:
 
 
 def check_state(
-    state: Any, fingerprint: Fingerprint, block_states: tuple[type, ...], batch_size: int
+    state: Any,
+    fingerprint: Fingerprint,
+    block_states: tuple[type, ...],
+    batch_size: int,
+    *,
+    values: bool | None = None,
 ) -> None:
     """Raise ValueError unless ``state`` is a ModelState a model with ``fingerprint`` made,
     holding one state of each block's type, at a position >= 0, for ``batch_size`` samples.
-    Cheap: Python attributes only, no tensor values."""
+    Always (cheap: Python attributes and tensor shapes/dtypes, no tensor values): the types
+    of the state's fields and the layout of each attention cache. The caches' values (keys
+    and values finite, positions the ones ``state.position`` implies) when ``values`` is
+    True (one host sync; the model passes its ``validate`` setting within the
+    ``ops.validating`` default, False while torch.compile traces); None: as
+    ``ops.validating`` says."""
     if not isinstance(state, ModelState):
         raise ValueError(f"state must be a ModelState returned by the model, got {type(state)}")
     if state.fingerprint != fingerprint:
+        check_fingerprint(state.fingerprint)  # None or a string was a TypeError from dict()
         theirs, ours = dict(state.fingerprint), dict(fingerprint)
         differ = [
             f"{k}={theirs.get(k)!r} (model: {ours[k]!r})" for k in ours if theirs.get(k) != ours[k]
         ]
         raise ValueError(f"state was made by another model: {', '.join(differ)}")
-    if (
-        isinstance(state.position, bool)
-        or not isinstance(state.position, int)
-        or state.position < 0
-    ):
-        raise ValueError(f"state.position must be an integer >= 0, got {state.position!r}")
+    check_position("state.position", state.position)
+    if isinstance(state.batch_size, bool) or not isinstance(state.batch_size, int):
+        got = _shown(state.batch_size)
+        raise ValueError(f"state.batch_size must be an integer >= 1, got {got}")
     if state.batch_size != batch_size:
         raise ValueError(f"state is for batch {state.batch_size}, input_ids has {batch_size}")
     if not isinstance(state.blocks, list) or len(state.blocks) != len(block_states):
         raise ValueError(f"state.blocks must be a list of {len(block_states)} block states")
+    caches, traced = [], compiling()  # a compiled step guards on the caches' shapes
     for i, (block, kind) in enumerate(zip(state.blocks, block_states)):
         if not isinstance(block, kind):
             raise ValueError(f"state.blocks[{i}] must be a {kind.__name__}, got {type(block)}")
@@ -115,7 +133,208 @@ def check_state(
             raise ValueError(f"state.blocks[{i}] is incomplete: a returned state has every part")
         layer = block if isinstance(block, MemoryLayerState) else getattr(block, "memory", None)
         if isinstance(layer, MemoryLayerState) and layer.memory.position != state.position:
+            where = f"state.blocks[{i}]" + ("" if layer is block else ".memory") + ".memory"
+            check_position(f"{where}.position", layer.memory.position)
             raise ValueError(
                 f"state.position={state.position} but block {i}'s memory stands at "
                 f"{layer.memory.position}: the state was edited"
             )
+        cache = block if isinstance(block, KVCache) else getattr(block, "attn", None)
+        if cache is not None and not traced:
+            if not isinstance(cache, KVCache):
+                where = _cache_name(i, cache is block)
+                raise ValueError(f"{where} must be a KVCache, got {type(cache).__name__}")
+            caches.append((i, cache is block, cache, 2 if _is_mac(block) else 1))
+    if not caches:
+        return
+    capacity, heads, head_dim = cache_layout(fingerprint)
+    for i, whole, cache, sources in caches:
+        length = sources * (state.position if capacity is None else capacity)
+        check_cache_layout(cache, (i, whole), (state.batch_size, heads, length, head_dim))
+    if values or (values is None and value_checks_enabled()):
+        named = [(_cache_name(i, whole), cache, sources) for i, whole, cache, sources in caches]
+        check_cache_values(named, state.position, capacity)
+
+
+def _cache_name(block: int, whole: bool) -> str:
+    """How an error names block ``block``'s cache: the block's state itself, or its attn."""
+    return f"state.blocks[{block}]" + ("" if whole else ".attn")
+
+
+def _is_mac(block: Any) -> bool:
+    """A MAC block's cache has two sources: the retrieved memory tokens, then the tokens."""
+    return type(block).__name__ == "MACState" and type(block).__module__.endswith(".mac")
+
+
+def _shown(value: Any) -> str:
+    """A value read from a state, with its type (a string "16" is not the integer 16)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits ({type(value).__name__})"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def check_position(name: str, position: Any) -> None:
+    """An integer stream position in [0, MAX_POSITION]."""
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise ValueError(f"{name} must be an integer >= 0, got {_shown(position)}")
+    if position < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {position}")
+    if position > MAX_POSITION:
+        raise ValueError(  # bit_length: str() of a 5000-digit int is itself an error
+            f"{name} is about 2**{position.bit_length() - 1}, past the largest stream "
+            f"position 2**53: the state was edited"
+        )
+
+
+def check_fingerprint(fingerprint: Any) -> None:
+    """A fingerprint as ``state_fingerprint`` makes it: a tuple of (field, value) pairs with
+    a string field and a plain value."""
+    scalar = (type(None), bool, int, float, str)
+    if not isinstance(fingerprint, tuple) or not all(
+        isinstance(pair, tuple)
+        and len(pair) == 2
+        and isinstance(pair[0], str)
+        and isinstance(pair[1], scalar)
+        for pair in fingerprint
+    ):
+        raise ValueError(
+            "state.fingerprint must be a tuple of (field, value) pairs naming the model that "
+            f"made the state, got {_shown(fingerprint)}"
+        )
+
+
+def cache_layout(fingerprint: Fingerprint) -> tuple[int | None, int, int]:
+    """(ring slots per source, heads, head width) of the attention caches of the model
+    ``fingerprint`` names; slots None for full attention, whose cache holds every token.
+    ValueError for a fingerprint no registered architecture made. Remembered per
+    fingerprint: a decode step asks at every token."""
+    layout = _LAYOUTS.get(fingerprint)
+    if layout is None:
+        fields = dict(fingerprint)
+        layout = (
+            _cache_capacity(fields),
+            fields["num_heads"],
+            fields["dim"] // fields["num_heads"],
+        )
+        if len(_LAYOUTS) < 256:  # a few models per process; never grows without bound
+            _LAYOUTS[fingerprint] = layout
+    return layout
+
+
+_LAYOUTS: dict[Fingerprint, tuple[int | None, int, int]] = {}
+
+
+def _cache_capacity(fields: dict[str, Any]) -> int | None:
+    from .registry import MODELS, model_config
+
+    name, window = fields.get("name"), fields.get("window")
+    if name not in MODELS:
+        raise ValueError(f"state.fingerprint names an unknown model {name!r}")
+    rule_of = getattr(MODELS[name][0].block_class, "rule_of", None)
+    try:
+        config = model_config(name, window=window)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"state.fingerprint has window={window!r}: {err}") from err
+    # attention-only blocks say their rule; the hybrids attend over a window (MAG, MAL) or a
+    # segment (MAC) of config.window tokens, a ring of window - 1 slots either way
+    rule = rule_of(config) if rule_of is not None else VisibilityRule(window=config.window)
+    return rule.capacity
+
+
+def check_cache_layout(cache: KVCache, where: str | tuple, want: tuple[int, ...]) -> None:
+    """Shapes, dtypes and devices of an attention cache (no tensor values): keys and values
+    ``want`` = ``[B, H, S*L, Dh]``, positions int64 ``[S*L]`` (L ring slots per source S, or
+    the stream's length for full attention). Cheap on the way through: a decode step runs it
+    at every token."""
+    keys, values, positions = cache.keys, cache.values, cache.positions
+    if (
+        isinstance(keys, torch.Tensor)
+        and isinstance(values, torch.Tensor)
+        and isinstance(positions, torch.Tensor)
+        and keys.shape == want
+        and values.shape == want
+        and positions.shape == want[2:3]
+        and positions.dtype == torch.int64
+        and keys.is_floating_point()
+        and values.is_floating_point()
+        and keys.device == values.device == positions.device
+    ):
+        return
+    what = f"{_cache_name(*where) if isinstance(where, tuple) else where} (attention cache)"
+    for name in ("keys", "values", "positions"):
+        tensor = getattr(cache, name)
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{what}: {name} must be a tensor, got {type(tensor).__name__}")
+    for name in ("keys", "values"):
+        tensor = getattr(cache, name)
+        if not tensor.is_floating_point():
+            raise ValueError(f"{what}: {name} must be floating point, got {tensor.dtype}")
+        if tensor.shape != want:
+            raise ValueError(
+                f"{what}: {name} must be [B, H, slots, Dh] = {list(want)}, got {list(tensor.shape)}"
+            )
+    if positions.dtype != torch.int64:
+        raise ValueError(
+            f"{what}: positions must be int64 (absolute token positions), got {positions.dtype}"
+        )
+    if positions.shape != want[2:3]:
+        raise ValueError(
+            f"{what}: positions must be [{want[2]}] (one per slot), got {list(positions.shape)}"
+        )
+    devices = {keys.device, values.device, positions.device}
+    raise ValueError(f"{what}: keys, values and positions are on several devices {devices}")
+
+
+def expected_positions(position: int, capacity: int | None, sources: int, device) -> torch.Tensor:
+    """The positions a cache holds at ``position``: every earlier token (full attention),
+    or per source a ring whose slot j holds the latest position p < ``position`` with
+    p mod L = j (EMPTY_POSITION while there is none)."""
+    if capacity is None:
+        return torch.arange(position, device=device).repeat(sources)
+    slot = torch.arange(capacity, device=device)
+    latest = position - 1 - torch.remainder(position - 1 - slot, max(capacity, 1))
+    empty = torch.full_like(latest, EMPTY_POSITION)
+    return torch.where(latest >= 0, latest, empty).repeat(sources)
+
+
+def check_cache_values(
+    caches: list[tuple[str, KVCache, int]], position: int, capacity: int | None
+) -> None:
+    """Finite keys and values, and the positions ``position`` implies, in every cache: one
+    host sync (a second, on failure only, to say which)."""
+    flags, faults = [], []
+    for where, cache, sources in caches:
+        what = f"{where} (attention cache)"
+        for name in ("keys", "values"):
+            flags.append(~torch.isfinite(getattr(cache, name)).all())
+            faults.append(lambda what=what, name=name: f"{what}: {name} contain NaN or inf")
+        want = expected_positions(position, capacity, sources, cache.positions.device)
+        flags.append((cache.positions != want).any())
+        faults.append(lambda what=what, cache=cache: _positions_fault(what, cache, position))
+    if not flags:
+        return
+    bad = torch.stack([flag.to(flags[0].device) for flag in flags])
+    if bool(bad.any()):
+        raise ValueError(faults[int(bad.nonzero()[0, 0])]())
+
+
+def _positions_fault(what: str, cache: KVCache, position: int) -> str:
+    """Why a cache's positions are not the ones ``position`` implies."""
+    held = cache.positions[cache.positions != EMPTY_POSITION]
+    if held.numel() and int(held.min()) < 0:
+        return (
+            f"{what}: positions hold {int(held.min())}: a position is >= 0, or "
+            f"EMPTY_POSITION ({EMPTY_POSITION}) for an empty slot"
+        )
+    if held.numel() and int(held.max()) >= position:
+        return (
+            f"{what}: positions hold {int(held.max())}, past state.position={position} "
+            "(a cache holds only earlier tokens): the state was edited"
+        )
+    return (
+        f"{what}: positions do not match state.position={position} (slot j of a ring of L "
+        "slots holds the latest earlier position p with p mod L = j): the state was edited"
+    )
