@@ -209,3 +209,12 @@ def test_a_jsonl_text_field_that_is_not_a_string_is_named(tmp_path, capsys):
     data.write_text('{"text": 5}\n')
     assert main(train_argv(tmp_path / "run", f"--set=data.source={data}")) == 2
     assert "field 'text' must be a string, got int" in capsys.readouterr().err
+
+
+def test_an_hf_tokenizer_folder_without_its_file_is_named_offline(tmp_path, monkeypatch, capsys):
+    from titans_atlas.tokenizers import load_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the hub line would show if it were asked
+    with pytest.raises(ValueError, match=r"has no tokenizer\.json, and transformers cannot"):
+        load_tokenizer(f"hf:{tmp_path}")
+    assert "asking the Hugging Face hub" not in capsys.readouterr().err

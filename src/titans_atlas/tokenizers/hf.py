@@ -52,13 +52,21 @@ class HFTokenizer:
                 raise ValueError(f"{path} is not a readable tokenizer.json: {err}") from err
         if directory is not None:  # a saved spec always writes its file beside itself
             raise ValueError(f"{path} is missing: {directory / SPEC_FILE} names it")
-        try:  # a hub name: transformers knows the local cache
+        local = path.parent.is_dir() and path.name == HF_FILE  # a folder without the file
+        try:  # a hub name (transformers knows the local cache), or a folder it can convert
             from transformers import AutoTokenizer
 
-            say_network(f"tokenizer {source!r}")
+            if not local:
+                say_network(f"tokenizer {source!r}")
             fast = AutoTokenizer.from_pretrained(source)
         except Exception as err:  # any failure means "cannot load this name"
-            raise ValueError(f"cannot load Hugging Face tokenizer {source!r}: {err}") from err
+            first = " ".join(str(err).split()) or type(err).__name__  # one line
+            if local:
+                raise ValueError(
+                    f"folder {source!r} has no {HF_FILE}, and transformers cannot load a "
+                    f"tokenizer from it either ({first})"
+                ) from err
+            raise ValueError(f"cannot load Hugging Face tokenizer {source!r}: {first}") from err
         return cls(fast.backend_tokenizer, source)
 
 
