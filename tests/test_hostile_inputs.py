@@ -218,3 +218,11 @@ def test_an_hf_tokenizer_folder_without_its_file_is_named_offline(tmp_path, monk
     with pytest.raises(ValueError, match=r"has no tokenizer\.json, and transformers cannot"):
         load_tokenizer(f"hf:{tmp_path}")
     assert "asking the Hugging Face hub" not in capsys.readouterr().err
+
+
+def test_an_hf_config_without_its_titans_entry_says_so():
+    pytest.importorskip("transformers")
+    from titans_atlas.integrations.hf.config import TitansAtlasConfig
+
+    with pytest.raises(ValueError, match="hidden_size=32 without a 'titans' entry"):
+        TitansAtlasConfig(hidden_size=32)

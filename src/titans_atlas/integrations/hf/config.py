@@ -50,6 +50,11 @@ class TitansAtlasConfig(PretrainedConfig):
         for name, value in _mirrors(model_config).items():
             given = getattr(self, name)
             if given is not None and given != value:
+                if self.titans is None:  # e.g. a config.json written by hand or another model
+                    raise ValueError(
+                        f"{name}={given!r} without a 'titans' entry (the ModelConfig dict "
+                        f"that defines the model; ModelConfig() has {value!r}): set it in titans"
+                    )
                 raise ValueError(
                     f"{name}={given!r} disagrees with titans ({value!r}); set it in titans instead"
                 )
