@@ -170,8 +170,8 @@ def test_a_polynomial_map_too_wide_to_hold_is_refused_by_its_degree():
 
 
 def test_a_seed_past_64_bits_is_refused_by_name(tmp_path, capsys):
-    assert main(train_argv(tmp_path / "run", f"--set=train.seed={2**64}")) == 2
-    assert "train.seed must be < 2**63" in capsys.readouterr().err
+    assert main(train_argv(tmp_path / "run", f"--set=train.seed={2**32}")) == 2
+    assert "train.seed must be < 2**32" in capsys.readouterr().err
 
 
 def test_prepare_on_a_finished_shard_folder_says_what_it_is(tmp_path, capsys):
@@ -226,3 +226,21 @@ def test_an_hf_config_without_its_titans_entry_says_so():
 
     with pytest.raises(ValueError, match="hidden_size=32 without a 'titans' entry"):
         TitansAtlasConfig(hidden_size=32)
+
+
+def test_a_hugging_face_cache_snapshot_of_links_into_its_blobs_loads(model_dir, tmp_path):
+    repo = tmp_path / "models--me--tiny"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    for i, path in enumerate(sorted(model_dir.iterdir())):
+        blob = repo / "blobs" / f"sha{i}"
+        blob.write_bytes(path.read_bytes())
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / path.name)
+    load_model(snapshot)
+    other = tmp_path / "models--me--other" / "snapshots" / "x"  # another repo's blobs: no
+    other.mkdir(parents=True)
+    for path in snapshot.iterdir():
+        os.symlink(path.resolve(), other / path.name)
+    with pytest.raises(CheckpointError, match="is a link that leads outside"):
+        load_model(other)

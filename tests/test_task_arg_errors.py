@@ -2,6 +2,8 @@
 up front with one line naming the argument or file and what is valid -- no TypeError from
 the first batch, no half-made run folder, no prompt stored at a length it does not have."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -213,3 +215,17 @@ def test_babilong_style_seq_len_must_be_an_integer(folders, seq_len):
     babi, books = folders
     with pytest.raises(ValueError, match=r"train\.seq_len must be an integer >= 64"):
         make_task("babilong_style", seq_len, {"babi_dir": str(babi), "haystack_dir": str(books)})
+
+
+def test_babilong_style_defaults_are_chosen_per_task(folders):
+    """A task with long facts drops the default lengths it cannot hold, not the others'."""
+    babi = Path(__file__).resolve().parents[2] / "shared" / "data" / "babi" / "en-10k"
+    if not babi.is_dir():
+        pytest.skip("../shared/data/babi is not here")
+    settings = EvalSettings(
+        babi_dir=str(babi), haystack_dir=str(folders[1]), babi_tasks=("qa1", "qa3"), samples=1
+    )
+    samples = list(get_task("babilong-style").samples(settings, ByteTokenizer()))
+    by_task = {t: sorted({s["length"] for s in samples if s["task"] == t}) for t in ("qa1", "qa3")}
+    assert by_task["qa1"] == [0, 1024, 2048, 4096]
+    assert 1024 not in by_task["qa3"] and 0 in by_task["qa3"]

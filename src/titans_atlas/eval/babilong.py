@@ -127,10 +127,10 @@ def _style_samples(settings: EvalSettings, tokenizer: Tokenizer):
         babilong_labels(task)  # only qa1-qa5 have the benchmark's label sets
         questions = parse_babi(babi_file(settings.babi_dir, task, settings.babi_split))
         asked[task] = questions[: settings.samples]
-    lengths = _style_lengths(settings, tokenizer, asked)
+    lengths = _style_lengths(settings, tokenizer, asked)  # per task
     sentences = book_sentences(str(settings.haystack_dir))
     for task, questions in asked.items():
-        for length in lengths:
+        for length in lengths[task]:
             for index, item in enumerate(questions):
                 rng = random.Random(f"{settings.seed}:{task}:{length}:{index}")
                 sample = build_style_sample(item, tokenizer, length, sentences, rng)
@@ -146,27 +146,28 @@ def _style_samples(settings: EvalSettings, tokenizer: Tokenizer):
 
 def _style_lengths(
     settings: EvalSettings, tokenizer: Tokenizer, asked: dict[str, list[BabiQuestion]]
-) -> tuple[int, ...]:
-    """The lengths to build: each must hold the prompt reserve and the facts of every
-    question asked (below that no noise is added and the prompt would be reported at a
-    length it does not have), or be 0 (the facts alone). A given length that does not is
-    an error naming --lengths and the minimum; the defaults keep those that fit."""
-    least = {
-        task: PROMPT_RESERVE
-        + max(sum(len(tokenizer.encode(" " + fact)) for fact in item.facts) for item in items)
-        for task, items in asked.items()
-    }
-    task, minimum = max(least.items(), key=lambda pair: pair[1])
-    if not settings.lengths:
-        return tuple(n for n in DEFAULT_LENGTHS if n == 0 or n >= minimum)
-    for length in settings.lengths:
-        if 0 < length < minimum:
-            raise ValueError(
-                f"babilong-style --lengths {length} cannot hold the {PROMPT_RESERVE}-token "
-                f"prompt reserve plus the facts of {task} ({minimum - PROMPT_RESERVE} tokens "
-                f"for the questions asked): give 0 (the facts alone) or a length >= {minimum}"
-            )
-    return settings.lengths
+) -> dict[str, tuple[int, ...]]:
+    """The lengths to build per task: each must hold the prompt reserve and the facts of
+    every question asked (below that no noise is added and the prompt would be reported at
+    a length it does not have), or be 0 (the facts alone). A given length that does not is
+    an error naming --lengths, the task and its minimum; of the default lengths each task
+    keeps those that fit it (the summary leaves the others' cells empty)."""
+    chosen = {}
+    for task, items in asked.items():
+        facts = max(sum(len(tokenizer.encode(" " + f)) for f in item.facts) for item in items)
+        minimum = PROMPT_RESERVE + facts
+        if not settings.lengths:
+            chosen[task] = tuple(n for n in DEFAULT_LENGTHS if n == 0 or n >= minimum)
+            continue
+        for length in settings.lengths:
+            if 0 < length < minimum:
+                raise ValueError(
+                    f"babilong-style --lengths {length} cannot hold the {PROMPT_RESERVE}-token "
+                    f"prompt reserve plus the facts of {task} ({facts} tokens for the "
+                    f"questions asked): give 0 (the facts alone) or a length >= {minimum}"
+                )
+        chosen[task] = tuple(settings.lengths)
+    return chosen
 
 
 def _summarize(outcomes: list[dict], settings: EvalSettings) -> dict:

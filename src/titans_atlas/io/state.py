@@ -219,6 +219,10 @@ def _check_model_state(state: ModelState) -> None:
                 f"state.fingerprint's {field} must be {_WHAT['count']}, "
                 f"got {_shown(fields.get(field))}"
             )
+    if not isinstance(state.blocks, list) or len(state.blocks) != fields["depth"]:
+        raise ValueError(
+            f"state.blocks must be a list of the fingerprint's depth={fields['depth']} block states"
+        )  # before the depth sizes anything: a file may claim a depth of 2**31
     kinds = (MODELS[name][0].block_class.state_class,) * fields["depth"]
     check_state(state, state.fingerprint, kinds, state.batch_size, values=True)
 

@@ -88,9 +88,10 @@ def load_model(
     for path in (config_path, weights_path):
         if not path.is_file():
             raise CheckpointError(f"checkpoint is missing {path}")
-        if path.resolve().parent != directory.resolve():  # what a model directory holds
+        if not _held_by(directory, path):
             raise CheckpointError(
-                f"{path} is a link that leads outside {directory} (to {path.resolve()})"
+                f"{path} is a link that leads outside {directory} (to {path.resolve()}): "
+                "copy the file into the folder"
             )
     config = read_config(config_path)
     saved_as = _weights_model_name(weights_path)
@@ -106,6 +107,17 @@ def load_model(
     model = model.to(device=device, dtype=dtype)
     model.tie_weights()  # assign= and a move across device types replace tied Parameters
     return model
+
+
+def _held_by(directory: Path, path: Path) -> bool:
+    """Whether ``path`` (a file of ``directory``) is the folder's own: a file in it, or a
+    link to one, or -- the Hugging Face hub cache's layout -- a link from a snapshot
+    (``REPO/snapshots/REV/``) to the same repository's ``REPO/blobs/``. Any other link
+    would read a file from elsewhere under the model's name."""
+    folder, target = directory.resolve(), path.resolve()
+    if target.parent == folder:
+        return True
+    return folder.parent.name == "snapshots" and target.parent == folder.parent.parent / "blobs"
 
 
 def _as_path(directory: Any) -> Path:

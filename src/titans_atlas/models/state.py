@@ -22,6 +22,7 @@ from ..ops.checks import value_checks_enabled
 from ..ops.state import map_tensors
 from ..validation import compiling
 from .config import ModelConfig
+from .registry import MODELS, model_config
 
 Fingerprint = tuple[tuple[str, Any], ...]
 # The largest stream position a state may stand at: far past any real stream (2**53 tokens),
@@ -228,8 +229,7 @@ _LAYOUTS: dict[Fingerprint, tuple[int | None, int, int]] = {}
 
 
 def _cache_capacity(fields: dict[str, Any]) -> int | None:
-    from .registry import MODELS, model_config
-
+    """The ring slots per source of the fingerprint's model (None: full attention)."""
     name, window = fields.get("name"), fields.get("window")
     if name not in MODELS:
         raise ValueError(f"state.fingerprint names an unknown model {name!r}")

@@ -70,15 +70,13 @@ class DataConfig:
     task_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("source", "val_source"):  # "" would read the working directory
-            value = getattr(self, name)
-            if (value is not None or name == "source") and not (
-                isinstance(value, str) and value.strip()
-            ):
-                raise ValueError(
-                    f"data.{name} must name a file, folder, shard folder, builtin:NAME, "
-                    f"task:NAME or hf:NAME, got {value!r}"
-                )
+        if not (isinstance(self.source, str) and self.source.strip()):  # "": the working dir
+            raise ValueError(
+                "data.source must name a file, folder, shard folder, builtin:NAME, task:NAME "
+                f"or hf:NAME, got {self.source!r}"
+            )
+        if self.val_source is not None and not isinstance(self.val_source, str):
+            raise ValueError(f"data.val_source must be a source or null, got {self.val_source!r}")
         if self.mode not in ("packed", "stream"):
             raise ValueError(f"data.mode must be 'packed' or 'stream', got {self.mode!r}")
         check_number("data.val_fraction", self.val_fraction, 0.0, 1.0, open_low=False)
@@ -160,8 +158,8 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "eval_tokens", "sample_tokens", "seed"):
             _at_least(f"train.{name}", getattr(self, name), 0)
         _at_least("train.threads", self.threads, 0)  # 0: torch's default
-        if self.seed >= 2**63:  # torch.manual_seed takes a signed 64-bit integer
-            raise ValueError(f"train.seed must be < 2**63, got {self.seed}")
+        if self.seed >= 2**32:  # the task batches' generators are seeded with seed * ~1e6
+            raise ValueError(f"train.seed must be < 2**32, got {self.seed}")
         # an empty out_dir is the current folder, which --force would clear of checkpoints
         if not isinstance(self.out_dir, str) or not self.out_dir.strip():
             raise ValueError(f"train.out_dir must name a run folder, got {self.out_dir!r}")
