@@ -260,3 +260,15 @@ def write_babi_qa1(folder: Path, **splits: str) -> Path:
     for split, text in splits.items():
         (folder / f"qa1_single-supporting-fact_{split}.txt").write_text(text)
     return folder
+
+
+BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i in range(300))
+
+
+def write_babi_and_books(folder: Path, **splits: str) -> tuple[Path, Path]:
+    """bAbI qa1 files (``write_babi_qa1``) and a one-book haystack in ``folder/books``: the
+    folders a BABILong-style task reads (its books are cut into sentences with Punkt)."""
+    write_babi_qa1(folder, **splits)
+    (folder / "books").mkdir()
+    (folder / "books" / "book.txt").write_text(BOOK)
+    return folder, folder / "books"

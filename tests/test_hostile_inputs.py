@@ -9,16 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from cli_world import train_argv
 from titans_atlas import create_model
 from titans_atlas.cli import main
 from titans_atlas.io import CheckpointError, load_model
-
-QUIET = ["--set=train.threads=1", "--set=train.progress=false", "--set=train.sample_tokens=0"]
-TINY = ["--set=train.eval_tokens=256", "--set=train.batch_size=2", "--set=train.seq_len=32"]
-
-
-def train_argv(out: Path, *extra: str) -> list[str]:
-    return ["train", "--preset", "debug", "--out", str(out), "--steps", "1", *QUIET, *TINY, *extra]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import BABI_STORY, write_babi_qa1
+from helpers import BABI_STORY, write_babi_and_books, write_babi_qa1
 from titans_atlas import create_model
 from titans_atlas.cli import main
 from titans_atlas.eval import EvalSettings
@@ -18,7 +18,6 @@ from titans_atlas.tokenizers import ByteTokenizer
 
 QUIET = ["--set=train.threads=1", "--set=train.progress=false", "--set=train.sample_tokens=0"]
 TINY = ["--set=train.eval_tokens=64", "--set=train.batch_size=2", "--set=train.seq_len=32"]
-BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i in range(300))
 
 BAD = [
     ("kv_recall", "num_pairs", 2.5),
@@ -118,10 +117,7 @@ def test_titans_train_runs_with_a_valid_value(tmp_path, capsys):
 @pytest.fixture
 def folders(tmp_path):
     pytest.importorskip("nltk")  # the books are cut into sentences with Punkt
-    write_babi_qa1(tmp_path, test=BABI_STORY, train=BABI_STORY)
-    (tmp_path / "books").mkdir()
-    (tmp_path / "books" / "book.txt").write_text(BOOK)
-    return tmp_path, tmp_path / "books"
+    return write_babi_and_books(tmp_path, test=BABI_STORY, train=BABI_STORY)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 import torch
 from train_helpers import debug_config
 
-from helpers import BABI_STORY, write_babi_qa1
+from helpers import BABI_STORY, write_babi_and_books
 from titans_atlas.eval.babilong import format_prompt
 from titans_atlas.eval.metrics import babilong_labels
 from titans_atlas.tokenizers import ByteTokenizer
@@ -15,16 +15,13 @@ from titans_atlas.train.data.pipeline import build_pipeline
 TEST_STORY = """1 Sandra journeyed to the kitchen.
 2 Where is Sandra? \tkitchen\t1
 """
-BOOK = " ".join(f"Sentence number {i} of the long and winding book text." for i in range(300))
 
 
 @pytest.fixture
 def task_args(tmp_path):
     pytest.importorskip("nltk")  # the books are cut into sentences with Punkt
-    write_babi_qa1(tmp_path, train=BABI_STORY, test=TEST_STORY)
-    (tmp_path / "books").mkdir()
-    (tmp_path / "books" / "book.txt").write_text(BOOK)
-    return {"babi_dir": str(tmp_path), "haystack_dir": str(tmp_path / "books")}
+    babi, books = write_babi_and_books(tmp_path, train=BABI_STORY, test=TEST_STORY)
+    return {"babi_dir": str(babi), "haystack_dir": str(books)}
 
 
 def test_init_from_starts_from_the_saved_weights_with_a_fresh_optimiser(tmp_path):
