@@ -238,3 +238,25 @@ def test_a_hugging_face_cache_snapshot_of_links_into_its_blobs_loads(model_dir, 
         os.symlink(path.resolve(), other / path.name)
     with pytest.raises(CheckpointError, match="is a link that leads outside"):
         load_model(other)
+
+
+@pytest.mark.parametrize("folder", ["tensorboard", "control", "control/checkpoints"])
+def test_force_keeps_the_other_run_folders_when_they_hold_foreign_files(folder, tmp_path, capsys):
+    mine = tmp_path / "out" / folder / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("keep me")
+    assert main(train_argv(tmp_path / "out", "--force")) == 2
+    assert "holds 'notes.txt', not a training's file" in capsys.readouterr().err
+    assert mine.read_text() == "keep me"
+
+
+def test_force_still_restarts_a_recall_run_with_its_control(tmp_path):
+    out = tmp_path / "out"
+    for name in ("checkpoints/step_00000001", "control/checkpoints/step_00000001", "tensorboard"):
+        (out / name).mkdir(parents=True)
+    (out / "control" / "run_config.json").write_text("{}")
+    (out / "tensorboard" / "events.out.tfevents.1.host").write_text("")
+    (out / "checkpoints" / "latest.json").write_text("{}")
+    (out / "run_config.json").write_text("{}")
+    assert main(train_argv(out, "--force")) == 0
+    assert not (out / "control").exists() and not (out / "tensorboard").exists()

@@ -107,26 +107,35 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _not_a_run_file(folder: Path) -> str | None:
-    """The first entry of ``checkpoints/`` that no training writes (a step folder, a pointer,
-    a save in progress), or None: ``--force`` deletes a run's checkpoints, not a folder of
-    the same name that holds something else."""
-    for entry in sorted(folder.iterdir()):
-        if not (entry.name.startswith(("step_", ".tmp-", ".latest.json.", ".best.json."))
-                or entry.name in ("latest.json", "best.json")):  # fmt: skip
-            return entry.name
-    return None
+def _is_run_file(folder: str, name: str) -> bool:
+    """Whether a training writes ``name`` into its run's ``folder``: checkpoints (step
+    folders, pointers, saves in progress), TensorBoard's event files, or the recall preset's
+    control run (a run directory of its own)."""
+    if folder == "checkpoints":
+        return name.startswith(("step_", ".tmp-", ".latest.json.", ".best.json.")) or name in (
+            "latest.json",
+            "best.json",
+        )
+    if folder == "tensorboard":
+        return name.startswith("events.out.tfevents.")
+    return name in RUN_FILES or name == LOCK_FILE  # control/
 
 
 def _check_forced(run_dir: Path) -> None:
-    checkpoints = run_dir / "checkpoints"
-    if checkpoints.is_dir() and not checkpoints.is_symlink():
-        stranger = _not_a_run_file(checkpoints)
-        if stranger is not None:
-            raise ValueError(
-                f"--force would delete {checkpoints}, which holds {stranger!r}, not a "
-                "training's file: move it, or choose another --out"
-            )
+    """``--force`` deletes a run's folders (``checkpoints/``, ``tensorboard/``, ``control/``),
+    not folders of the same names that hold something else: refused, nothing deleted."""
+    for folder in ("checkpoints", "tensorboard", "control"):
+        path = run_dir / folder
+        if not path.is_dir() or path.is_symlink():
+            continue
+        for entry in sorted(path.iterdir()):
+            if not _is_run_file(folder, entry.name):
+                raise ValueError(
+                    f"--force would delete {path}, which holds {entry.name!r}, not a "
+                    "training's file: move it, or choose another --out"
+                )
+        if folder == "control":
+            _check_forced(path)
 
 
 def clear_earlier_run(run_dir: str | Path) -> None:
