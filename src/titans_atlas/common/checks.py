@@ -40,13 +40,13 @@ def check_state_layout(
         raise ValueError(f"state.position must be an integer >= 0, got {position!r}")
     for name in ("chunk_size", "omega_window"):  # a string "16" read as 16 was "16 != 16"
         value = getattr(state, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             raise ValueError(
                 f"state.{name} must be None or an integer >= 1, "
                 f"got {value!r} ({type(value).__name__})"
             )
-        if value is not None and value < 1:
-            raise ValueError(f"state.{name} must be None or an integer >= 1, got {value}")
     if state.chunk_size is not None and state.chunk_size != size and position > 0:
         raise ValueError(
             f"chunk_size={size} differs from the stream's chunk_size={state.chunk_size} "

@@ -139,8 +139,8 @@ def _check_forced(run_dir: Path) -> None:
 
 
 def clear_earlier_run(run_dir: str | Path) -> None:
-    """Delete what an earlier run wrote (``--force``); other files in the folder stay. A
-    ``checkpoints/`` holding anything a run does not write is refused, nothing deleted."""
+    """Delete what an earlier run wrote (``--force``); other files in the folder stay. A run
+    folder holding anything a run does not write is refused, nothing deleted."""
     _check_forced(Path(run_dir))
     for name in earlier_run(run_dir):
         path = Path(run_dir) / name

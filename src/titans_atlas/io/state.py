@@ -32,7 +32,13 @@ from ..layers.neural_memory import MemoryLayerState
 from ..models.blocks import HybridState
 from ..models.mac import MACState
 from ..models.registry import MODELS
-from ..models.state import ModelState, check_fingerprint, check_position, check_state
+from ..models.state import (
+    ModelState,
+    check_fingerprint,
+    check_position,
+    check_state,
+    described,
+)
 from ..ops.state import MemoryState
 
 FORMAT = "titans-atlas-state"
@@ -228,7 +234,8 @@ def _check_model_state(state: ModelState) -> None:
 
 
 def _shown(value: Any) -> str:
-    """A value read from a file, with its type (a string "16" is not the integer 16)."""
+    """A value read from a file, with its type: ``models.state.described``, and what a
+    file can hold besides (tensors, a dict of them with a bad entry)."""
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor"
     if isinstance(value, dict) and any(not _fits(v, "float") for v in value.values()):
@@ -236,10 +243,7 @@ def _shown(value: Any) -> str:
         return f"a dict whose [{str(key)[:30]!r}] is {_shown(bad)}"
     if not isinstance(value, type(None) | bool | int | float | str):
         return f"a {type(value).__name__}"
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return f"{text[:57] + '...' if len(text) > 60 else text} ({type(value).__name__})"
+    return described(value)
 
 
 def _dataclass(name: Any) -> type:

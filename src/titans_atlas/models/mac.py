@@ -17,6 +17,7 @@ the memory the previous one left), so a call may start or end anywhere inside a 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 
@@ -32,6 +33,9 @@ class MACState(FieldAccess):
     """A MAC block's stream: the memory layer's state, M_{s-1} (the memory weights when the
     current segment began, ``[B, H, ...]`` by name), the segment's KV cache (tokens and
     retrieved memory tokens) and the conv cache of the retrieval queries."""
+
+    # the KV cache holds two sources: the retrieved memory tokens, then the tokens
+    cache_sources: ClassVar[int] = 2
 
     memory: MemoryLayerState
     segment_weights: dict[str, torch.Tensor]

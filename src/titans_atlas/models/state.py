@@ -11,6 +11,7 @@ instead of failing deep inside a concatenation or, worse, running silently.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -120,7 +121,7 @@ def check_state(
         raise ValueError(f"state was made by another model: {', '.join(differ)}")
     check_position("state.position", state.position)
     if isinstance(state.batch_size, bool) or not isinstance(state.batch_size, int):
-        got = _shown(state.batch_size)
+        got = described(state.batch_size)
         raise ValueError(f"state.batch_size must be an integer >= 1, got {got}")
     if state.batch_size != batch_size:
         raise ValueError(f"state is for batch {state.batch_size}, input_ids has {batch_size}")
@@ -145,7 +146,8 @@ def check_state(
             if not isinstance(cache, KVCache):
                 where = _cache_name(i, cache is block)
                 raise ValueError(f"{where} must be a KVCache, got {type(cache).__name__}")
-            caches.append((i, cache is block, cache, 2 if _is_mac(block) else 1))
+            # a block state with more than one source in its cache says so (MAC: 2)
+            caches.append((i, cache is block, cache, getattr(type(block), "cache_sources", 1)))
     if not caches:
         return
     capacity, heads, head_dim = cache_layout(fingerprint)
@@ -162,12 +164,7 @@ def _cache_name(block: int, whole: bool) -> str:
     return f"state.blocks[{block}]" + ("" if whole else ".attn")
 
 
-def _is_mac(block: Any) -> bool:
-    """A MAC block's cache has two sources: the retrieved memory tokens, then the tokens."""
-    return type(block).__name__ == "MACState" and type(block).__module__.endswith(".mac")
-
-
-def _shown(value: Any) -> str:
+def described(value: Any) -> str:
     """A value read from a state, with its type (a string "16" is not the integer 16)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an integer of {value.bit_length()} bits ({type(value).__name__})"
@@ -180,7 +177,7 @@ def _shown(value: Any) -> str:
 def check_position(name: str, position: Any) -> None:
     """An integer stream position in [0, MAX_POSITION]."""
     if isinstance(position, bool) or not isinstance(position, int):
-        raise ValueError(f"{name} must be an integer >= 0, got {_shown(position)}")
+        raise ValueError(f"{name} must be an integer >= 0, got {described(position)}")
     if position < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {position}")
     if position > MAX_POSITION:
@@ -203,29 +200,17 @@ def check_fingerprint(fingerprint: Any) -> None:
     ):
         raise ValueError(
             "state.fingerprint must be a tuple of (field, value) pairs naming the model that "
-            f"made the state, got {_shown(fingerprint)}"
+            f"made the state, got {described(fingerprint)}"
         )
 
 
+@lru_cache(maxsize=256)  # a decode step asks at every token; a few models per process
 def cache_layout(fingerprint: Fingerprint) -> tuple[int | None, int, int]:
     """(ring slots per source, heads, head width) of the attention caches of the model
     ``fingerprint`` names; slots None for full attention, whose cache holds every token.
-    ValueError for a fingerprint no registered architecture made. Remembered per
-    fingerprint: a decode step asks at every token."""
-    layout = _LAYOUTS.get(fingerprint)
-    if layout is None:
-        fields = dict(fingerprint)
-        layout = (
-            _cache_capacity(fields),
-            fields["num_heads"],
-            fields["dim"] // fields["num_heads"],
-        )
-        if len(_LAYOUTS) < 256:  # a few models per process; never grows without bound
-            _LAYOUTS[fingerprint] = layout
-    return layout
-
-
-_LAYOUTS: dict[Fingerprint, tuple[int | None, int, int]] = {}
+    ValueError for a fingerprint no registered architecture made."""
+    fields = dict(fingerprint)
+    return _cache_capacity(fields), fields["num_heads"], fields["dim"] // fields["num_heads"]
 
 
 def _cache_capacity(fields: dict[str, Any]) -> int | None:

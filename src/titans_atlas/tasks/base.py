@@ -10,6 +10,8 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from ..validation import check_int
+
 IGNORE = -100  # label of an unscored position (torch's cross_entropy ignore_index)
 
 
@@ -21,18 +23,14 @@ def task_arg(name: str) -> str:
 
 def check_task_ints(task: object, minimums: dict[str, int], optional: tuple[str, ...] = ()) -> None:
     """Each field ``name`` of ``task`` in ``minimums`` must be an integer (not a bool, a float
-    or a string) >= its minimum; those in ``optional`` may also be None (the default). Checked
-    when the task is built, so a bad ``data.task_args`` value is one ValueError naming it
-    before the run starts, not a TypeError from the first batch."""
+    or a string) >= its minimum (``check_int``, named as the run's config names it); those in
+    ``optional`` may also be None (the default). Checked when the task is built, so a bad
+    ``data.task_args`` value is one ValueError naming it before the run starts, not a
+    TypeError from the first batch."""
     for name, minimum in minimums.items():
         value: Any = getattr(task, name)
-        if value is None and name in optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            valid = f"an integer >= {minimum}" + (
-                " or null (the default)" if name in optional else ""
-            )
-            raise ValueError(f"{task_arg(name)} must be {valid}, got {value!r}")
+        if not (value is None and name in optional):
+            check_int(task_arg(name), value, minimum)
 
 
 class Batch(NamedTuple):

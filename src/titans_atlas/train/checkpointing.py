@@ -45,6 +45,6 @@ def saved_model_config(directory: Path, state: dict) -> ModelConfig:
         config = model.build()
     except ValueError as err:
         raise CheckpointError(f"{where} holds a bad config: {err}") from err
-    chosen = set(model.overrides) | {f"memory.{k}" for k in model.overrides}
-    before = {k: v for k, v in INIT_ONLY_BEFORE.items() if k not in chosen}
+    # overrides name memory fields without their "memory." prefix (``set_value`` strips it)
+    before = {k: v for k, v in INIT_ONLY_BEFORE.items() if k not in model.overrides}
     return replace(config, memory=replace(config.memory, **before))
