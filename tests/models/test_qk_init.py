@@ -228,8 +228,15 @@ def test_a_run_drawn_at_another_output_init_resumes_with_the_saved_value():
     assert model.config.memory.output_init == 0.5
     match_saved_config("ckpt", saved, model)
     assert model.config == saved and model.config.memory.output_init == 1.0
-    with pytest.raises(CheckpointError, match="ckpt holds a different model"):
+    with pytest.raises(CheckpointError, match="ckpt holds a different model") as refused:
         match_saved_config("ckpt", make(lr_max=0.05).config, make())
+    # the fields that differ, by name, not two whole configs
+    assert "memory.lr_max=0.05 (this run: 0.1)" in str(refused.value)
+    assert "memory.init_lr" not in str(refused.value)
+    # a gate's starting value only chose the saved biases: taken back like output_init
+    model = make()
+    match_saved_config("ckpt", make(init_lr=0.05).config, model)
+    assert model.config.memory.init_lr == 0.05
 
 
 def test_a_complete_hf_memory_dict_without_output_init_reads_lecun():

@@ -258,8 +258,9 @@ def config_from_meta(meta: Any, path: Path) -> ModelConfig:
 
 
 def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) -> None:
-    """CheckpointError unless ``saved`` (a checkpoint's model config) is ``model.config`` up
-    to the fields that only chose how the weights were drawn (``INIT_ONLY_FIELDS``). A run
+    """CheckpointError, naming the fields, unless ``saved`` (a checkpoint's model config) is
+    ``model.config`` up to the fields that only chose how the weights were drawn
+    (``INIT_ONLY_FIELDS`` and the gates' ``init_*`` values). A run
     begun before such a default changed (``output_init``: 1 -> 0.5 on 2026-12-07) is rebuilt
     from its settings with today's default; it takes the saved values back, so what it saves
     next still says how its weights were drawn."""
@@ -267,12 +268,39 @@ def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) 
     if ours == theirs:
         return
     if _architecture(ours) != _architecture(theirs):
-        raise CheckpointError(f"{where} holds a different model: {saved} vs {model.config}")
+        differ = [
+            f"{key}={theirs_value!r} (this run: {ours_value!r})"
+            for key, theirs_value, ours_value in _differences(
+                _architecture(theirs), _architecture(ours)
+            )
+        ]
+        raise CheckpointError(
+            f"{where} holds a different model: {', '.join(differ)}; set them with --set "
+            "model.KEY=VALUE (model.memory.KEY for the memory's) to continue it"
+        )
     model.config = saved
 
 
+def _differences(theirs: dict, ours: dict, prefix: str = ""):
+    """(dotted key, saved value, this run's value) for every field where two config dicts
+    differ, the memory's nested fields as ``memory.KEY``."""
+    for key in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(key), ours.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            yield from _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            yield f"{prefix}{key}", a, b
+
+
 def _architecture(config: dict) -> dict:
-    memory = {k: v for k, v in config["memory"].items() if k not in INIT_ONLY_FIELDS}
+    """A config dict without what only chose the untrained weights: ``INIT_ONLY_FIELDS`` and
+    the gates' starting values (``init_lr``, ``init_decay``, ...), which the saved gate biases
+    already carry."""
+    memory = {
+        k: v
+        for k, v in config["memory"].items()
+        if k not in INIT_ONLY_FIELDS and not k.startswith("init_")
+    }
     return {**config, "memory": memory}
 
 
