@@ -81,8 +81,11 @@ CHUNK = 16  # the largest memory chunk: a chunk reads the weights of its start
 # What makes a run (a row with the same values is not run again): the grids share runs, so
 # the quick grid's rows are the first cell of the cpu grid's.
 KEY_FIELDS = ("seq_len", "pairs", "model", "width", "lr", "seed", "steps", "batch", "window",
-              "overrides", "output_init")  # fmt: skip
+              "overrides", "output_init", "inner_step")  # fmt: skip
 NO_MEMORY = ("transformer", "swa")  # the attention controls
+# Presets whose inner step moved, with the settings their rows recorded no value for: on
+# 2026-12-08 `omeganet`'s writes went from theta 0.02 (at most 0.1) to 0.1 (at most 1).
+INNER_STEP_BEFORE = {"omeganet": ("model.memory.init_lr=0.02", "model.memory.lr_max=0.1")}
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,9 @@ def label_of(row: dict) -> str:
     scale = row.get("output_init")
     if scale is not None and scale != last_weight_scale(row["model"], row.get("overrides", [])):
         extra.append(f"output_init={scale:g}")  # drawn at an older default
+    step = row.get("inner_step")
+    if step is not None and step != inner_step(row["model"], row.get("overrides", [])):
+        extra.append(f"init_lr={step[0]:g} lr_max={step[1]:g}")  # an older preset's
     return " ".join([row["model"], *extra])
 
 
@@ -302,6 +308,24 @@ def _last_weight_scale(model: str, overrides: tuple[str, ...], saved_before: boo
     return 1.0 if saved_before and not explicit else config.memory.output_init
 
 
+def inner_step(model: str, overrides: list[str], saved_before: bool = False):
+    """The memory's starting inner step and its bound, ``[init_lr, lr_max]``, or None for a
+    model without a memory, as ``--set`` ``overrides`` give them. Part of a run's key: a
+    preset's values may move (``INNER_STEP_BEFORE``), and rows saved before record none
+    (``saved_before``: the earlier values, unless their overrides said otherwise)."""
+    return _inner_step(model, tuple(overrides), saved_before)
+
+
+@functools.cache
+def _inner_step(model: str, overrides: tuple[str, ...], saved_before: bool):
+    if model in NO_MEMORY:
+        return None
+    before = INNER_STEP_BEFORE.get(model, ()) if saved_before else ()
+    config = build_config("debug", overrides=["model.overrides={}", f"model.name={model}",
+                                              *before, *overrides]).model.build()  # fmt: skip
+    return [config.memory.init_lr, config.memory.lr_max]
+
+
 def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:
     """The runs of ``grid``, each as its ``KEY_FIELDS``: per setting, model, width, lr."""
     return [
@@ -317,6 +341,7 @@ def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:
             "window": args.window,
             "overrides": list(args.set),
             "output_init": last_weight_scale(model, list(args.set)),
+            "inner_step": inner_step(model, list(args.set)),
         }
         for seq_len, pairs in grid.settings
         for model in args.models.split(",")
@@ -350,6 +375,8 @@ def main() -> None:
     for row in rows:
         if "output_init" not in row:
             row["output_init"] = last_weight_scale(row["model"], row["overrides"], True)
+        if "inner_step" not in row:
+            row["inner_step"] = inner_step(row["model"], row["overrides"], True)
     if not args.table:
         done = {json.dumps({k: r[k] for k in KEY_FIELDS}, sort_keys=True) for r in rows}
         for key in planned(args, grid_of(args)):

@@ -59,3 +59,19 @@ def test_plot_draws_one_panel_per_setting_and_budget(tmp_path):
     ]
     script.plot(rows, tmp_path / "mqar.png")
     assert (tmp_path / "mqar.png").stat().st_size > 0
+
+
+def test_rows_from_before_a_preset_moved_are_keyed_and_labelled_as_they_ran():
+    """`omeganet`'s inner step moved on 2026-12-08: a row saved before (no ``inner_step``)
+    ran at the earlier values, so today's preset does not count as already run, and the
+    table says which step the old row had."""
+    today = script.inner_step("omeganet", [])
+    assert today == [0.1, 1.0]
+    assert script.inner_step("omeganet", [], saved_before=True) == [0.02, 0.1]
+    explicit = ["model.memory.lr_max=1.0", "model.memory.init_lr=0.1"]
+    assert script.inner_step("omeganet", explicit, saved_before=True) == today
+    assert script.inner_step("lmm", [], saved_before=True) == script.inner_step("lmm", [])
+    assert script.inner_step("swa", []) is None
+    old_row = {"model": "omeganet", "overrides": [], "output_init": 1.0, "inner_step": [0.02, 0.1]}
+    assert script.label_of(old_row) == "omeganet init_lr=0.02 lr_max=0.1"
+    assert script.label_of({**old_row, "inner_step": today}) == "omeganet"

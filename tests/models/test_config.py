@@ -93,7 +93,11 @@ def test_architecture_defaults_follow_the_spec():
     assert (atlas.omega_window, atlas.feature_map, atlas.poly_degree) == (8, "polynomial", 2)
     assert atlas.update_rule == "muon"
     assert atlas.residual and atlas.model == "mlp" and atlas.depth == 2
-    assert ta.model_config("omeganet").memory.update_rule == "momentum"
+    omeganet = ta.model_config("omeganet").memory
+    assert omeganet.update_rule == "momentum" and omeganet.residual
+    # plain momentum's writes start at 0.1 and may reach 1 (a residual read drowns small ones)
+    assert (omeganet.init_lr, omeganet.lr_max) == (0.1, 1.0)
+    assert (atlas.init_lr, atlas.lr_max) == (0.02, 0.1)  # Muon's steps are unit-scale
     assert ta.model_config("atlas++").memory.model == "gated_mlp"
     for name in ("mac", "mag", "mal", "lmm"):
         titans = ta.model_config(name).memory

@@ -50,7 +50,15 @@ class AtlasMAL(MAL):
     """MAL layout with the ATLAS memory."""
 
 
-@register("omeganet", memory={**ATLAS_MEMORY, "update_rule": "momentum"})
+# Plain momentum writes what the gradient says, at most theta x the clipped gradient; Muon
+# writes an orthogonalised, unit-scale step. A residual memory reads its query whole (q +
+# mlp(q)), so a small write is drowned by the read's q. OmegaNet's writes therefore start at
+# theta 0.1 with room up to 1 (the layer: 0.02, up to 0.1): MQAR's smallest cell 0.593 ->
+# 0.961 (docs/results.md, section 3; research/LOG.md, section 19).
+OMEGANET_MEMORY = {**ATLAS_MEMORY, "update_rule": "momentum", "lr_max": 1.0, "init_lr": 0.1}
+
+
+@register("omeganet", memory=OMEGANET_MEMORY)
 class OmegaNet(LMM):
     """Omega window + polynomial features with plain (Titans) momentum."""
 
