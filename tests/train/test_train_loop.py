@@ -54,6 +54,26 @@ def test_resume_refuses_another_config(tmp_path):
     Trainer(debug_config(tmp_path, train__steps=4, train__log_every=1), resume=True)  # allowed
 
 
+def test_resume_continues_the_checkpoints_model_when_a_default_moved(tmp_path, monkeypatch):
+    """A run written before a preset's default moved (here: its inner step bound) resumes as
+    it was trained: the checkpoint's model, bit-identically, with a line saying what moved."""
+    from titans_atlas.models import registry
+
+    name = debug_config(tmp_path).model.name
+    cls, defaults = registry.MODELS[name]
+    earlier = {**defaults, "memory": {**defaults.get("memory", {}), "lr_max": 0.05}}
+    overrides = {"train__steps": 4, "train__checkpoint_every": 2}
+    monkeypatch.setitem(registry.MODELS, name, (cls, earlier))
+    straight = train(debug_config(tmp_path / "a", **overrides)).losses
+    train(debug_config(tmp_path / "b", **{**overrides, "train__steps": 2}))
+    monkeypatch.setitem(registry.MODELS, name, (cls, defaults))  # the default moves
+    trainer = Trainer(debug_config(tmp_path / "b", **overrides), resume=True)
+    assert trainer.model.config.memory.lr_max == 0.05
+    assert all(m.config.lr_max == 0.05 for m in trainer.model.modules() if hasattr(m, "to_gates"))
+    resumed = trainer.run().losses
+    assert [resumed[s] for s in (3, 4)] == [straight[s] for s in (3, 4)]
+
+
 def test_non_finite_parameter_stops_with_its_name_and_step(tmp_path):
     trainer = Trainer(debug_config(tmp_path, train__steps=3))
     trainer.train_step()

@@ -270,24 +270,21 @@ def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) 
     if _architecture(ours) != _architecture(theirs):
         differ = [
             f"{key}={theirs_value!r} (this run: {ours_value!r})"
-            for key, theirs_value, ours_value in _differences(
+            for key, theirs_value, ours_value in config_differences(
                 _architecture(theirs), _architecture(ours)
             )
         ]
-        raise CheckpointError(
-            f"{where} holds a different model: {', '.join(differ)}; set them with --set "
-            "model.KEY=VALUE (model.memory.KEY for the memory's) to continue it"
-        )
+        raise CheckpointError(f"{where} holds a different model: {', '.join(differ)}")
     model.config = saved
 
 
-def _differences(theirs: dict, ours: dict, prefix: str = ""):
+def config_differences(theirs: dict, ours: dict, prefix: str = ""):
     """(dotted key, saved value, this run's value) for every field where two config dicts
     differ, the memory's nested fields as ``memory.KEY``."""
     for key in sorted(set(theirs) | set(ours)):
         a, b = theirs.get(key), ours.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            yield from _differences(a, b, f"{prefix}{key}.")
+            yield from config_differences(a, b, f"{prefix}{key}.")
         elif a != b:
             yield f"{prefix}{key}", a, b
 

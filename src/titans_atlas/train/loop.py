@@ -33,7 +33,8 @@ from ..io.training import (
     verify_checkpoint,
 )
 from ..models.backbone import build_model
-from ..models.pretrained import match_saved_config
+from ..models.config import ModelConfig
+from ..models.pretrained import config_differences, match_saved_config
 from ..models.rows import check_stream_alignment, reset_rows
 from ..ops import validating
 from .checkpointing import saved_model_config
@@ -101,6 +102,8 @@ class Trainer:
         self.pipeline.make_val()
         torch.manual_seed(loop.seed)
         model_config = config.model.build()
+        if resume:
+            model_config = self._resumed_model_config(resume, model_config)
         if model_config.vocab_size < self.pipeline.vocab_size:
             raise ValueError(
                 f"model vocab_size={model_config.vocab_size} is smaller than the data's "
@@ -130,6 +133,24 @@ class Trainer:
         )
         if self.compile_choice.use:
             self._compile()
+
+    def _resumed_model_config(self, resume: bool | str, built: ModelConfig) -> ModelConfig:
+        """The model a resumed run continues: the checkpoint's own when the run's settings
+        are the ones it was written with but a library default has moved since (a preset's
+        inner step, say), so the run goes on as it was trained -- not refused, not silently
+        changed. Other settings: ``built``, and ``_resume`` refuses them by name."""
+        directory = find_checkpoint(self.run_dir if resume is True else Path(resume))
+        saved = verify_checkpoint(directory, part=(self.rank, self.world_size))
+        if resume_differences(saved, self.config, self.world_size):
+            return built
+        theirs = saved_model_config(directory, saved)
+        moved = [key for key, *_ in config_differences(theirs.to_dict(), built.to_dict())]
+        if moved:
+            self._say_stderr(
+                f"resume: the model as {directory} holds it ({', '.join(moved)} moved in "
+                "the library's defaults since it was written)"
+            )
+        return theirs
 
     def _resume(self, resume: bool | str) -> None:
         where = self.run_dir if resume is True else Path(resume)
