@@ -70,6 +70,7 @@ import torch
 
 from titans_atlas.eval.mqar import labelled_accuracy
 from titans_atlas.layers import Attention, NeuralMemory
+from titans_atlas.models.atlas import PRESET_MEMORY_BEFORE
 from titans_atlas.tasks import mqar_batch
 from titans_atlas.train import Trainer, build_config
 
@@ -83,9 +84,13 @@ CHUNK = 16  # the largest memory chunk: a chunk reads the weights of its start
 KEY_FIELDS = ("seq_len", "pairs", "model", "width", "lr", "seed", "steps", "batch", "window",
               "overrides", "output_init", "inner_step")  # fmt: skip
 NO_MEMORY = ("transformer", "swa")  # the attention controls
-# Presets whose inner step moved, with the settings their rows recorded no value for: on
-# 2026-12-08 `omeganet`'s writes went from theta 0.02 (at most 0.1) to 0.1 (at most 1).
-INNER_STEP_BEFORE = {"omeganet": ("model.memory.init_lr=0.02", "model.memory.lr_max=0.1")}
+# Presets whose memory values moved (the library's table), as the settings their rows
+# recorded no value for: on 2026-12-08 `omeganet`'s writes went from theta 0.02 (at most 0.1)
+# to 0.1 (at most 1).
+INNER_STEP_BEFORE = {
+    name: tuple(f"model.memory.{key}={value}" for key, value in before.items())
+    for name, before in PRESET_MEMORY_BEFORE.items()
+}
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,12 @@ def label_of(row: dict) -> str:
         extra.append(f"output_init={scale:g}")  # drawn at an older default
     step = row.get("inner_step")
     if step is not None and step != inner_step(row["model"], row.get("overrides", [])):
-        extra.append(f"init_lr={step[0]:g} lr_max={step[1]:g}")  # an older preset's
+        named = {key for key, _ in changed}  # an older preset's, where no --set gave them
+        extra += [
+            f"{key}={value:g}"
+            for key, value in zip(("init_lr", "lr_max"), step)
+            if f"model.memory.{key}" not in named
+        ]
     return " ".join([row["model"], *extra])
 
 
@@ -308,12 +318,13 @@ def _last_weight_scale(model: str, overrides: tuple[str, ...], saved_before: boo
     return 1.0 if saved_before and not explicit else config.memory.output_init
 
 
-def inner_step(model: str, overrides: list[str], saved_before: bool = False):
+def inner_step(model: str, overrides: list[str], saved_before: bool = False) -> list | None:
     """The memory's starting inner step and its bound, ``[init_lr, lr_max]``, or None for a
     model without a memory, as ``--set`` ``overrides`` give them. Part of a run's key: a
     preset's values may move (``INNER_STEP_BEFORE``), and rows saved before record none
     (``saved_before``: the earlier values, unless their overrides said otherwise)."""
-    return _inner_step(model, tuple(overrides), saved_before)
+    step = _inner_step(model, tuple(overrides), saved_before)
+    return None if step is None else list(step)  # a fresh list: the cache keeps the tuple
 
 
 @functools.cache
@@ -323,7 +334,7 @@ def _inner_step(model: str, overrides: tuple[str, ...], saved_before: bool):
     before = INNER_STEP_BEFORE.get(model, ()) if saved_before else ()
     config = build_config("debug", overrides=["model.overrides={}", f"model.name={model}",
                                               *before, *overrides]).model.build()  # fmt: skip
-    return [config.memory.init_lr, config.memory.lr_max]
+    return (config.memory.init_lr, config.memory.lr_max)
 
 
 def planned(args: argparse.Namespace, grid: Grid) -> list[dict]:

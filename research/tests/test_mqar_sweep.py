@@ -75,3 +75,5 @@ def test_rows_from_before_a_preset_moved_are_keyed_and_labelled_as_they_ran():
     old_row = {"model": "omeganet", "overrides": [], "output_init": 1.0, "inner_step": [0.02, 0.1]}
     assert script.label_of(old_row) == "omeganet init_lr=0.02 lr_max=0.1"
     assert script.label_of({**old_row, "inner_step": today}) == "omeganet"
+    one_set = {**old_row, "overrides": ["model.memory.lr_max=0.5"], "inner_step": [0.02, 0.5]}
+    assert script.label_of(one_set) == "omeganet lr_max=0.5 init_lr=0.02"  # each value once

@@ -93,3 +93,26 @@ def test_a_state_file_with_a_bad_model_entry_is_refused_by_name(run, tmp_path):
     rewrite_state(bad, lambda state: state.update(model={"format": "other"}))
     with pytest.raises(ValueError, match=r"trainer_state\.json is not a titans-atlas config"):
         consolidate(bad, tmp_path / "model")
+
+
+def test_a_checkpoint_without_a_model_config_resumes_at_the_preset_of_its_day(
+    tmp_path, monkeypatch, capsys
+):
+    """Written before the state file held a model (and without model/), a checkpoint also
+    predates every preset move of ``PRESET_MEMORY_BEFORE``: an ``omeganet`` run resumes at the
+    inner step it trained with, not today's, and says so."""
+    from titans_atlas.models import registry
+    from titans_atlas.models.atlas import PRESET_MEMORY_BEFORE
+
+    out = tmp_path / "run"
+    cls, defaults = registry.MODELS["omeganet"]
+    earlier = {**defaults, "memory": {**defaults["memory"], **PRESET_MEMORY_BEFORE["omeganet"]}}
+    settings = {"model.name": "omeganet", "model.chunk_size": 16}
+    monkeypatch.setitem(registry.MODELS, "omeganet", (cls, earlier))
+    Trainer(run_config(out, **settings)).run()
+    rewrite_state(checkpoint_of(out), lambda state: state.pop("model"))
+    monkeypatch.setitem(registry.MODELS, "omeganet", (cls, defaults))  # today's preset
+    trainer = Trainer(run_config(out, **settings, **{"train.steps": 2}), resume=True)
+    memory = trainer.model.config.memory
+    assert (memory.init_lr, memory.lr_max) == (0.02, 0.1)
+    assert "memory.lr_max" in capsys.readouterr().err

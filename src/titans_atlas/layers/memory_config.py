@@ -47,6 +47,9 @@ FORMAT_8_FIELDS = {"timescale_lr_ratio": None}
 # already carry their effect, so a config saved without them loads (with the default, or
 # with ``INIT_ONLY_BEFORE``'s value where the default has changed since).
 INIT_ONLY_FIELDS = ("qk_init", "output_init")
+# The gates' starting values: they only set the gate biases ``init_weights`` draws, which a
+# saved layer's weights carry (a checkpoint's may differ from today's preset).
+GATE_INIT_FIELDS = ("init_lr", "init_momentum", "init_decay", "init_omega")
 # A config saved before ``output_init`` existed was drawn at LeCun's scale, which the default
 # no longer is: such files load with the value they were drawn with.
 INIT_ONLY_BEFORE = {"output_init": 1.0}

@@ -56,6 +56,9 @@ class AtlasMAL(MAL):
 # theta 0.1 with room up to 1 (the layer: 0.02, up to 0.1): MQAR's smallest cell 0.593 ->
 # 0.961 (docs/results.md, section 3; research/LOG.md, section 19).
 OMEGANET_MEMORY = {**ATLAS_MEMORY, "update_rule": "momentum", "lr_max": 1.0, "init_lr": 0.1}
+# Preset memory values that moved, with what they were before (2026-12-08): a checkpoint old
+# enough to hold no model config of its own was trained with these.
+PRESET_MEMORY_BEFORE = {"omeganet": {"init_lr": 0.02, "lr_max": 0.1}}
 
 
 @register("omeganet", memory=OMEGANET_MEMORY)

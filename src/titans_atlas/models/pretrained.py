@@ -25,6 +25,7 @@ model. 1 also held ``muon``, ``impl`` and ``checkpoint`` in the memory config, r
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from torch import nn
 from ..layers.memory_config import (
     FORMAT_7_FIELDS,
     FORMAT_8_FIELDS,
+    GATE_INIT_FIELDS,
     INIT_ONLY_BEFORE,
     INIT_ONLY_FIELDS,
     LATER_FIELDS,
@@ -260,7 +262,7 @@ def config_from_meta(meta: Any, path: Path) -> ModelConfig:
 def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) -> None:
     """CheckpointError, naming the fields, unless ``saved`` (a checkpoint's model config) is
     ``model.config`` up to the fields that only chose how the weights were drawn
-    (``INIT_ONLY_FIELDS`` and the gates' ``init_*`` values). A run
+    (``INIT_ONLY_FIELDS`` and ``GATE_INIT_FIELDS``). A run
     begun before such a default changed (``output_init``: 1 -> 0.5 on 2026-12-07) is rebuilt
     from its settings with today's default; it takes the saved values back, so what it saves
     next still says how its weights were drawn."""
@@ -270,7 +272,7 @@ def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) 
     if _architecture(ours) != _architecture(theirs):
         differ = [
             f"{key}={theirs_value!r} (this run: {ours_value!r})"
-            for key, theirs_value, ours_value in config_differences(
+            for key, theirs_value, ours_value in model_config_differences(
                 _architecture(theirs), _architecture(ours)
             )
         ]
@@ -278,25 +280,26 @@ def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) 
     model.config = saved
 
 
-def config_differences(theirs: dict, ours: dict, prefix: str = ""):
+def model_config_differences(
+    theirs: dict, ours: dict, prefix: str = ""
+) -> Iterator[tuple[str, Any, Any]]:
     """(dotted key, saved value, this run's value) for every field where two config dicts
     differ, the memory's nested fields as ``memory.KEY``."""
     for key in sorted(set(theirs) | set(ours)):
         a, b = theirs.get(key), ours.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            yield from config_differences(a, b, f"{prefix}{key}.")
+            yield from model_config_differences(a, b, f"{prefix}{key}.")
         elif a != b:
             yield f"{prefix}{key}", a, b
 
 
 def _architecture(config: dict) -> dict:
     """A config dict without what only chose the untrained weights: ``INIT_ONLY_FIELDS`` and
-    the gates' starting values (``init_lr``, ``init_decay``, ...), which the saved gate biases
-    already carry."""
+    the gates' starting values (``GATE_INIT_FIELDS``), which the saved gate biases carry."""
     memory = {
         k: v
         for k, v in config["memory"].items()
-        if k not in INIT_ONLY_FIELDS and not k.startswith("init_")
+        if k not in INIT_ONLY_FIELDS and k not in GATE_INIT_FIELDS
     }
     return {**config, "memory": memory}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..io.sharded import MODEL_DIR, SHARDS, write_consolidated
 from ..io.training import STATE_FILE, find_checkpoint, verify_checkpoint
 from ..layers.memory_config import INIT_ONLY_BEFORE
+from ..models.atlas import PRESET_MEMORY_BEFORE
 from ..models.config import ModelConfig
 from ..models.pretrained import CONFIG_FILE, CheckpointError, config_from_meta, read_config
 from ..models.registry import build_model
@@ -32,9 +33,10 @@ def consolidate(checkpoint: str | Path, out_dir: str | Path | None = None) -> Pa
 def saved_model_config(directory: Path, state: dict) -> ModelConfig:
     """The model config a checkpoint's weights were drawn and trained with: its state file's
     own (``model``, written since 2026-12-08), else its exported ``model/config.json``, else
-    the run's settings rebuilt -- with the init-only fields a changed default would relabel
-    (``INIT_ONLY_BEFORE``: ``output_init`` was 1 before 2026-12-07) at their earlier value
-    where the settings did not choose them, since such a checkpoint predates both changes."""
+    the run's settings rebuilt -- with the fields whose default has moved since at their
+    earlier value where the settings did not choose them (``INIT_ONLY_BEFORE``: ``output_init``
+    was 1 before 2026-12-07; ``PRESET_MEMORY_BEFORE``: ``omeganet``'s inner step before
+    2026-12-08), since such a checkpoint predates every one of those changes."""
     where = directory / STATE_FILE
     if "model" in state:
         return config_from_meta(state["model"], where)
@@ -46,5 +48,6 @@ def saved_model_config(directory: Path, state: dict) -> ModelConfig:
     except ValueError as err:
         raise CheckpointError(f"{where} holds a bad config: {err}") from err
     # overrides name memory fields without their "memory." prefix (``set_value`` strips it)
-    before = {k: v for k, v in INIT_ONLY_BEFORE.items() if k not in model.overrides}
+    earlier = {**INIT_ONLY_BEFORE, **PRESET_MEMORY_BEFORE.get(config.name, {})}
+    before = {k: v for k, v in earlier.items() if k not in model.overrides}
     return replace(config, memory=replace(config.memory, **before))

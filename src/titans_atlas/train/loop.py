@@ -34,7 +34,7 @@ from ..io.training import (
 )
 from ..models.backbone import build_model
 from ..models.config import ModelConfig
-from ..models.pretrained import config_differences, match_saved_config
+from ..models.pretrained import match_saved_config, model_config_differences
 from ..models.rows import check_stream_alignment, reset_rows
 from ..ops import validating
 from .checkpointing import saved_model_config
@@ -126,7 +126,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.step, self.best_val, self.carried = 0, None, None
         if resume:
-            self._resume(resume)
+            self._resume()
         # after a resume: "auto" counts the steps still to go
         self.compile_choice = TrainCompileChoice.decide(
             loop.compile, self.device, loop.steps - self.step
@@ -135,16 +135,21 @@ class Trainer:
             self._compile()
 
     def _resumed_model_config(self, resume: bool | str, built: ModelConfig) -> ModelConfig:
-        """The model a resumed run continues: the checkpoint's own when the run's settings
-        are the ones it was written with but a library default has moved since (a preset's
-        inner step, say), so the run goes on as it was trained -- not refused, not silently
-        changed. Other settings: ``built``, and ``_resume`` refuses them by name."""
+        """The model a resumed run continues, after refusing a checkpoint written with other
+        settings (before anything is built). The checkpoint's own model when a library default
+        has moved since it was written (a preset's inner step, say), so the run goes on as it
+        was trained -- not refused, not silently changed. Keeps the verified checkpoint for
+        ``_resume``."""
         directory = find_checkpoint(self.run_dir if resume is True else Path(resume))
         saved = verify_checkpoint(directory, part=(self.rank, self.world_size))
-        if resume_differences(saved, self.config, self.world_size):
-            return built
+        differ = resume_differences(saved, self.config, self.world_size)
+        if differ:
+            raise CheckpointError(
+                f"{directory} was written by a run with other settings: {', '.join(differ)}"
+            )
+        self._checkpoint = (directory, saved)
         theirs = saved_model_config(directory, saved)
-        moved = [key for key, *_ in config_differences(theirs.to_dict(), built.to_dict())]
+        moved = [key for key, *_ in model_config_differences(theirs.to_dict(), built.to_dict())]
         if moved:
             self._say_stderr(
                 f"resume: the model as {directory} holds it ({', '.join(moved)} moved in "
@@ -152,15 +157,8 @@ class Trainer:
             )
         return theirs
 
-    def _resume(self, resume: bool | str) -> None:
-        where = self.run_dir if resume is True else Path(resume)
-        directory = find_checkpoint(where)
-        saved = verify_checkpoint(directory, part=(self.rank, self.world_size))
-        differ = resume_differences(saved, self.config, self.world_size)
-        if differ:
-            raise CheckpointError(
-                f"{directory} was written by a run with other settings: {', '.join(differ)}"
-            )
+    def _resume(self) -> None:
+        directory, saved = self._checkpoint
         rows = self.config.train.batch_size
         mine = (self.rank * rows, (self.rank + 1) * rows)
         self.carried = load_training_state(
