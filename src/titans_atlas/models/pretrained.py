@@ -262,10 +262,10 @@ def config_from_meta(meta: Any, path: Path) -> ModelConfig:
 def match_saved_config(where: str | Path, saved: ModelConfig, model: nn.Module) -> None:
     """CheckpointError, naming the fields, unless ``saved`` (a checkpoint's model config) is
     ``model.config`` up to the fields that only chose how the weights were drawn
-    (``INIT_ONLY_FIELDS`` and ``GATE_INIT_FIELDS``). A run
-    begun before such a default changed (``output_init``: 1 -> 0.5 on 2026-12-07) is rebuilt
-    from its settings with today's default; it takes the saved values back, so what it saves
-    next still says how its weights were drawn."""
+    (``INIT_ONLY_FIELDS`` and ``GATE_INIT_FIELDS``). A model built with today's defaults for
+    those fields takes the saved values back, so what it saves next still says how its
+    weights were drawn. (The trainer's ``--resume`` builds the checkpoint's own model, so
+    it always matches.)"""
     ours, theirs = model.config.to_dict(), saved.to_dict()
     if ours == theirs:
         return

@@ -24,7 +24,7 @@ import torch
 from ..compiling import TrainCompileChoice, fallback_message
 from ..io import CheckpointError
 from ..io.run_dir import clear_earlier_run, fresh_run, lock_run_dir
-from ..io.sharded import SHARDS, load_training_state, save_sharded
+from ..io.sharded import load_training_state, save_sharded
 from ..io.training import (
     check_init_outside_run,
     find_checkpoint,
@@ -34,7 +34,7 @@ from ..io.training import (
 )
 from ..models.backbone import build_model
 from ..models.config import ModelConfig
-from ..models.pretrained import match_saved_config, model_config_differences
+from ..models.pretrained import model_config_differences
 from ..models.rows import check_stream_alignment, reset_rows
 from ..ops import validating
 from .checkpointing import saved_model_config
@@ -164,8 +164,6 @@ class Trainer:
         self.carried = load_training_state(
             directory, saved, self.parallel, self.model, self.optimizer, mine
         )
-        if (directory / SHARDS).is_dir():  # a full checkpoint's loader matched its config.json
-            match_saved_config(directory, saved_model_config(directory, saved), self.model)
         if self.carried is not None:
             self.carried = self.carried.to(self.device)
         self.step, self.best_val = saved["step"], saved.get("best_val_loss")
